@@ -1,0 +1,4 @@
+//! # hostd — the Sovereign Host node daemon
+//!
+//! The imperative shell around the pure `attest` and `policy` crates: storage (sled), the mTLS
+//! API, GPUs through NVML, leases, metering into the signed ledger, and audit export.
