@@ -48,10 +48,15 @@ pub trait LogStore {
 }
 
 /// An in-memory store for tests, benchmarks and offline verification of exported logs.
+///
+/// Complete subtrees are written in index order at every level by [`Log`](super::Log), so
+/// each level is a plain vector (a proof's node reads are array lookups); a node committed
+/// out of order by some other writer lands in a side map instead of being lost.
 #[derive(Debug, Default, Clone)]
 pub struct MemStore {
     leaves: Vec<Vec<u8>>,
-    nodes: BTreeMap<NodeId, Hash>,
+    levels: Vec<Vec<Hash>>,
+    sparse: BTreeMap<NodeId, Hash>,
 }
 
 impl MemStore {
@@ -68,7 +73,12 @@ impl LogStore for MemStore {
     }
 
     fn node(&self, id: NodeId) -> Result<Option<Hash>, Infallible> {
-        Ok(self.nodes.get(&id).copied())
+        let dense = self
+            .levels
+            .get(usize::from(id.level))
+            .zip(usize::try_from(id.index).ok())
+            .and_then(|(level, i)| level.get(i));
+        Ok(dense.or_else(|| self.sparse.get(&id)).copied())
     }
 
     fn leaf(&self, index: u64) -> Result<Option<Vec<u8>>, Infallible> {
@@ -81,7 +91,20 @@ impl LogStore for MemStore {
     fn commit(&mut self, batch: &AppendBatch) -> Result<(), Infallible> {
         debug_assert_eq!(batch.start, self.leaves.len() as u64);
         self.leaves.extend(batch.leaves.iter().cloned());
-        self.nodes.extend(batch.nodes.iter().copied());
+        for &(id, hash) in &batch.nodes {
+            let level = usize::from(id.level);
+            if self.levels.len() <= level {
+                self.levels.resize_with(level + 1, Vec::new);
+            }
+            let nodes = &mut self.levels[level];
+            match usize::try_from(id.index) {
+                Ok(i) if i == nodes.len() => nodes.push(hash),
+                Ok(i) if i < nodes.len() => nodes[i] = hash,
+                _ => {
+                    self.sparse.insert(id, hash);
+                }
+            }
+        }
         Ok(())
     }
 }
