@@ -1,0 +1,431 @@
+//! The mTLS front door of the hostd API.
+//!
+//! Every connection is TLS 1.3 with a mandatory client certificate chaining to the node's CA;
+//! a missing, foreign or expired certificate is refused inside the handshake, before any HTTP is
+//! parsed. After the handshake the caller's [`Principal`] is taken from the certificate's SPIFFE
+//! ID and attached to every request on that connection, so axum handlers simply take
+//! `Extension<Principal>` and can never see an unauthenticated request.
+//!
+//! Design choices, and why:
+//! - **ring is selected explicitly** for every config: a process-wide default provider would make
+//!   the TLS behaviour depend on which crates happen to be linked in.
+//! - **No session resumption** (no tickets, no session cache): a resumed session would skip the
+//!   certificate check, letting an expired certificate keep working. With HTTP keep-alive the
+//!   cost of a full handshake is paid once per connection anyway.
+//! - **HTTP/1.1 only**, announced by ALPN; the API is request/response JSON plus one streamed
+//!   export, which HTTP/1.1 serves well without HTTP/2's larger attack surface.
+//! - **Bounded everything**: concurrent connections, handshake time, header size and count, time
+//!   to send headers (which also reaps idle keep-alive connections), and the shutdown drain.
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::ConnectInfo;
+use hyper::body::Incoming;
+use hyper::Request;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
+use tower::ServiceExt;
+use zeroize::Zeroizing;
+
+use crate::principal::Principal;
+
+/// The only application protocol spoken over the TLS channel.
+pub const ALPN_HTTP1: &[u8] = b"http/1.1";
+
+/// Why a TLS configuration could not be built. Always names the file involved.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("cannot read {}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{}: no PEM certificate found", path.display())]
+    NoCertificate { path: PathBuf },
+    #[error("{}: invalid PEM: {reason}", path.display())]
+    Pem { path: PathBuf, reason: String },
+    #[error("{}: no PEM private key found (PKCS#8, SEC1 or PKCS#1)", path.display())]
+    NoPrivateKey { path: PathBuf },
+    #[error("{}: CA certificate rejected: {source}", path.display())]
+    BadCa {
+        path: PathBuf,
+        #[source]
+        source: rustls::Error,
+    },
+    #[error("client certificate verifier: {0}")]
+    Verifier(#[from] rustls::server::VerifierBuilderError),
+    #[error("certificate {} / key {} unusable: {source}", cert.display(), key.display())]
+    CertKey {
+        cert: PathBuf,
+        key: PathBuf,
+        #[source]
+        source: rustls::Error,
+    },
+    #[error("TLS configuration: {0}")]
+    Config(#[source] rustls::Error),
+}
+
+/// The crypto provider used for every hostd and sovctl TLS config.
+pub fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Reads every certificate in a PEM file (leaf first for chains). Errors if there is none.
+pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let pem = std::fs::read(path).map_err(|source| TlsError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    let certs = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| TlsError::Pem {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        })?;
+    if certs.is_empty() {
+        return Err(TlsError::NoCertificate {
+            path: path.to_owned(),
+        });
+    }
+    Ok(certs)
+}
+
+/// Reads the first private key in a PEM file. The file contents are wiped from memory after
+/// parsing, and a key file readable by group or others is reported (not refused: some secret
+/// stores hand out keys with their own modes).
+pub fn load_private_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    let io_err = |source| TlsError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    let meta = std::fs::metadata(path).map_err(io_err)?;
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        tracing::warn!(
+            path = %path.display(),
+            mode = format_args!("{mode:o}"),
+            "private key file is readable by group or others; chmod 600 it"
+        );
+    }
+    let pem = Zeroizing::new(std::fs::read(path).map_err(io_err)?);
+    PrivateKeyDer::from_pem_slice(&pem).map_err(|e| match e {
+        rustls::pki_types::pem::Error::NoItemsFound => TlsError::NoPrivateKey {
+            path: path.to_owned(),
+        },
+        other => TlsError::Pem {
+            path: path.to_owned(),
+            reason: other.to_string(),
+        },
+    })
+}
+
+fn root_store(ca_pem: &Path) -> Result<RootCertStore, TlsError> {
+    let mut roots = RootCertStore::empty();
+    for cert in load_certs(ca_pem)? {
+        roots.add(cert).map_err(|source| TlsError::BadCa {
+            path: ca_pem.to_owned(),
+            source,
+        })?;
+    }
+    Ok(roots)
+}
+
+/// The hostd server config: TLS 1.3 only, client certificate mandatory and verified against
+/// `ca_pem` (every certificate in that file is a trust anchor), no session resumption.
+pub fn server_config(
+    ca_pem: &Path,
+    cert: &Path,
+    key: &Path,
+) -> Result<Arc<ServerConfig>, TlsError> {
+    let provider = provider();
+    let roots = root_store(ca_pem)?;
+    let verifier =
+        WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone()).build()?;
+    let chain = load_certs(cert)?;
+    let private_key = load_private_key(key)?;
+    let mut config = ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(TlsError::Config)?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(chain, private_key)
+        .map_err(|source| TlsError::CertKey {
+            cert: cert.to_owned(),
+            key: key.to_owned(),
+            source,
+        })?;
+    config.alpn_protocols = vec![ALPN_HTTP1.to_vec()];
+    config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+    config.send_tls13_tickets = 0;
+    Ok(Arc::new(config))
+}
+
+/// The sovctl client config: TLS 1.3 only, trusting only the node CA in `ca_pem` (never the
+/// system roots, so a public CA cannot impersonate the node), presenting `cert`/`key`.
+pub fn client_config(
+    ca_pem: &Path,
+    cert: &Path,
+    key: &Path,
+) -> Result<Arc<ClientConfig>, TlsError> {
+    let roots = root_store(ca_pem)?;
+    let chain = load_certs(cert)?;
+    let private_key = load_private_key(key)?;
+    let mut config = ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(TlsError::Config)?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, private_key)
+        .map_err(|source| TlsError::CertKey {
+            cert: cert.to_owned(),
+            key: key.to_owned(),
+            source,
+        })?;
+    config.alpn_protocols = vec![ALPN_HTTP1.to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// Limits applied by [`serve_with`]. The defaults suit a node API with a handful of operators
+/// and tenants and tolerate slow links.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Connections served at once; further clients wait in the kernel's accept backlog.
+    pub max_connections: usize,
+    /// Time a client gets to complete the TLS handshake.
+    pub handshake_timeout: Duration,
+    /// Time a client gets to send a request's headers, counted from when hostd starts waiting
+    /// for them; this also closes keep-alive connections idle for that long.
+    pub header_read_timeout: Duration,
+    /// Most header fields in one request.
+    pub max_headers: usize,
+    /// Most bytes of request line plus headers.
+    pub max_header_bytes: usize,
+    /// After shutdown is signalled, how long in-flight requests may take before their
+    /// connections are cut.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            max_connections: 1024,
+            handshake_timeout: Duration::from_secs(10),
+            header_read_timeout: Duration::from_secs(30),
+            max_headers: 64,
+            max_header_bytes: 16 * 1024,
+            shutdown_grace: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Serves `app` over mutual TLS on `listener` until `shutdown` resolves, with
+/// [`ServeOptions::default`] limits. See [`serve_with`].
+pub async fn serve(
+    listener: TcpListener,
+    config: Arc<ServerConfig>,
+    trust_domain: String,
+    app: axum::Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    serve_with(
+        listener,
+        config,
+        trust_domain,
+        app,
+        shutdown,
+        ServeOptions::default(),
+    )
+    .await
+}
+
+/// Serves `app` over mutual TLS on `listener` until `shutdown` resolves.
+///
+/// Every request reaching `app` carries two extensions: the caller's [`Principal`] and
+/// `ConnectInfo<SocketAddr>` with the peer address. A client whose (CA-verified) certificate
+/// has no valid SPIFFE ID of `trust_domain` is disconnected right after the handshake.
+///
+/// On shutdown the listener is closed at once, idle keep-alive connections are closed, and
+/// requests in flight get `options.shutdown_grace` to finish. Returns an error only if the
+/// listener itself is unusable; per-connection failures are logged and never stop the server.
+pub async fn serve_with(
+    listener: TcpListener,
+    config: Arc<ServerConfig>,
+    trust_domain: String,
+    app: axum::Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    options: ServeOptions,
+) -> io::Result<()> {
+    let acceptor = TlsAcceptor::from(config);
+    let trust_domain: Arc<str> = trust_domain.into();
+    let slots = Arc::new(Semaphore::new(options.max_connections.max(1)));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .keep_alive(true)
+        .header_read_timeout(options.header_read_timeout)
+        .max_headers(options.max_headers)
+        .max_header_size(options.max_header_bytes);
+    let mut connections = JoinSet::new();
+    tokio::pin!(shutdown);
+
+    loop {
+        while connections.try_join_next().is_some() {}
+        let permit = tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            permit = slots.clone().acquire_owned() => match permit {
+                Ok(p) => p,
+                Err(_) => break, // the semaphore is never closed; treat as shutdown
+            },
+        };
+        let (tcp, peer) = tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) if is_per_connection_error(&e) => continue,
+                Err(e) if e.kind() == io::ErrorKind::InvalidInput => return Err(e),
+                Err(e) => {
+                    // Typically EMFILE/ENFILE: back off instead of spinning.
+                    tracing::error!(error = %e, "accept failed; retrying in 1 s");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    continue;
+                }
+            },
+        };
+        let conn = Connection {
+            acceptor: acceptor.clone(),
+            trust_domain: trust_domain.clone(),
+            app: app.clone(),
+            http: http.clone(),
+            stop: stop_rx.clone(),
+            handshake_timeout: options.handshake_timeout,
+            _permit: permit,
+        };
+        connections.spawn(conn.run(tcp, peer));
+    }
+
+    drop(listener);
+    let _ = stop_tx.send(true);
+    let in_flight = connections.len();
+    if in_flight > 0 {
+        tracing::info!(
+            connections = in_flight,
+            "shutting down; draining connections"
+        );
+    }
+    let drain = async { while connections.join_next().await.is_some() {} };
+    if tokio::time::timeout(options.shutdown_grace, drain)
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            connections = connections.len(),
+            grace_s = options.shutdown_grace.as_secs(),
+            "shutdown grace period over; closing remaining connections"
+        );
+        connections.shutdown().await;
+    }
+    Ok(())
+}
+
+/// Errors that concern one incoming connection (already gone), not the listener.
+fn is_per_connection_error(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::Interrupted
+    )
+}
+
+/// Resolves once shutdown has been signalled (or the server loop is gone).
+async fn stopped(stop: &mut watch::Receiver<bool>) {
+    // The guard returned by `wait_for` is not `Send`; drop it before returning.
+    let _ = stop.wait_for(|stop| *stop).await.map(|_| ());
+}
+
+/// Everything one connection task needs; holding `_permit` keeps its connection slot.
+struct Connection {
+    acceptor: TlsAcceptor,
+    trust_domain: Arc<str>,
+    app: axum::Router,
+    http: hyper::server::conn::http1::Builder,
+    stop: watch::Receiver<bool>,
+    handshake_timeout: Duration,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Connection {
+    async fn run(mut self, tcp: TcpStream, peer: SocketAddr) {
+        let _ = tcp.set_nodelay(true);
+        let handshake = tokio::time::timeout(self.handshake_timeout, self.acceptor.accept(tcp));
+        let tls = tokio::select! {
+            result = handshake => match result {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(e)) => {
+                    // Includes every refused client certificate (none, unknown CA, expired).
+                    tracing::warn!(%peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::warn!(%peer, timeout_s = self.handshake_timeout.as_secs(), "TLS handshake timed out");
+                    return;
+                }
+            },
+            () = stopped(&mut self.stop) => return,
+        };
+
+        let leaf = tls.get_ref().1.peer_certificates().and_then(|c| c.first());
+        let principal = match leaf.map(|der| Principal::from_cert_der(der, &self.trust_domain)) {
+            Some(Ok(p)) => p,
+            Some(Err(e)) => {
+                tracing::warn!(%peer, error = %e, "client certificate names no principal of this node; closing connection");
+                // Best effort close_notify, so the client sees a clean close rather than a reset.
+                let mut tls = tls;
+                let _ = tokio::time::timeout(Duration::from_secs(1), tls.shutdown()).await;
+                return;
+            }
+            None => {
+                // Unreachable with a verifier that mandates client auth; refuse regardless.
+                tracing::warn!(%peer, "no client certificate after handshake; closing connection");
+                return;
+            }
+        };
+        tracing::debug!(%peer, principal = %principal, "mTLS connection established");
+
+        let app = self.app;
+        let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+            req.extensions_mut().insert(principal.clone());
+            req.extensions_mut().insert(ConnectInfo(peer));
+            app.clone().oneshot(req)
+        });
+        let conn = self.http.serve_connection(TokioIo::new(tls), service);
+        tokio::pin!(conn);
+        let result = tokio::select! {
+            result = conn.as_mut() => result,
+            () = stopped(&mut self.stop) => {
+                conn.as_mut().graceful_shutdown();
+                conn.await
+            }
+        };
+        if let Err(e) = result {
+            tracing::debug!(%peer, error = %e, "connection ended with an error");
+        }
+    }
+}
