@@ -1,2 +1,194 @@
-//! End-to-end tests live in `tests/tests/*.rs`; they start the real `hostd` and `sovctl`
-//! binaries built by Cargo and talk to them over real TLS on loopback.
+//! Harness for the end-to-end tests in `tests/e2e/`: starts the real `hostd` binary in dev mode
+//! on a free loopback port and drives it with the real `sovctl` binary and the `hostd` client
+//! library over real mutual TLS.
+//!
+//! The binaries are the ones Cargo built for this workspace (`cargo test --workspace` builds
+//! them before any test runs); they are looked up next to the test executable.
+
+use hostd::client::{Client, Profile};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// Path of a workspace binary built alongside this test (`target/<profile>/<name>`).
+pub fn bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    // target/<profile>/deps/e2e-<hash> → target/<profile>/<name>
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test executable lives in target/<profile>/deps");
+    let p = dir.join(name);
+    assert!(
+        p.exists(),
+        "{} not found: run the tests with `cargo test --workspace` so Cargo builds the binaries",
+        p.display()
+    );
+    p
+}
+
+/// A free loopback port (bound and released; good enough on a test machine).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// A running `hostd dev` in a temporary folder.
+pub struct DevNode {
+    pub dir: PathBuf,
+    pub port: u16,
+    pub args: Vec<String>,
+    child: Option<Child>,
+    _tmp: Option<tempfile::TempDir>,
+    log: PathBuf,
+}
+
+impl DevNode {
+    /// Starts `hostd dev` with extra arguments (e.g. `--time-scale 3600`).
+    pub fn start(extra: &[&str]) -> DevNode {
+        let tmp = tempfile::tempdir().expect("temp dir");
+        let dir = tmp.path().join("dev-state");
+        let mut n = DevNode {
+            dir,
+            port: free_port(),
+            args: extra.iter().map(|s| s.to_string()).collect(),
+            child: None,
+            log: tmp.path().join("hostd.log"),
+            _tmp: Some(tmp),
+        };
+        n.spawn();
+        n
+    }
+
+    /// (Re)starts the daemon on the same folder and port, and waits until it answers.
+    pub fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("log file");
+        let child = Command::new(bin("hostd"))
+            .arg("dev")
+            .arg("--dir")
+            .arg(&self.dir)
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{}", self.port))
+            .args(&self.args)
+            .env("HOSTD_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn hostd");
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(c) = self.child.as_mut() {
+                if let Ok(Some(status)) = c.try_wait() {
+                    panic!("hostd exited early ({status}); log:\n{}", self.log_text());
+                }
+            }
+            if self.dir.join("operator/profile.toml").exists() {
+                let ok = self.rt().block_on(async {
+                    match self.client("operator").await {
+                        Ok(c) => matches!(c.get("/v1/health").await, Ok((200, _))),
+                        Err(_) => false,
+                    }
+                });
+                if ok {
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "hostd not ready in 60 s; log:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn rt(&self) -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+    }
+
+    pub fn profile(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// A client with the named dev profile's certificate.
+    pub async fn client(&self, name: &str) -> Result<Client, String> {
+        let p = Profile::load(&self.profile(name)).map_err(|e| e.to_string())?;
+        Client::new(&p).map_err(|e| e.to_string())
+    }
+
+    /// Runs `sovctl --profile <dir>/<profile> args...`.
+    pub fn sovctl(&self, profile: &str, args: &[&str]) -> Output {
+        let mut c = Command::new(bin("sovctl"));
+        if !profile.is_empty() {
+            c.arg("--profile").arg(self.profile(profile));
+        }
+        c.args(args).output().expect("run sovctl")
+    }
+
+    /// SIGKILL: no chance to flush anything.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM and wait for a clean exit; returns whether it exited successfully.
+    pub fn stop(&mut self) -> bool {
+        let Some(mut c) = self.child.take() else {
+            return true;
+        };
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(c.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(Some(status)) = c.try_wait() {
+                return status.success();
+            }
+            if Instant::now() > deadline {
+                let _ = c.kill();
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for DevNode {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// Stdout of a command that must succeed.
+pub fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "command failed ({}):\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

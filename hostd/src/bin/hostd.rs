@@ -1,7 +1,11 @@
 //! `hostd`: the Sovereign Host node daemon.
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
-use hostd::cli;
+use hostd::config::Config;
+use hostd::store::Store;
+use hostd::{cli, daemon, dev};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -13,6 +17,13 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Run the node from a config file.
+    Run {
+        #[arg(long, default_value = "/etc/hostd/hostd.toml")]
+        config: PathBuf,
+    },
+    /// Run a complete dev node: dev PKI, simulated GPUs, embedded store.
+    Dev(dev::DevArgs),
     /// Offline audit tools that work on a stopped node's state directory.
     #[command(subcommand)]
     Audit(AuditCmd),
@@ -24,9 +35,60 @@ enum AuditCmd {
     Export(cli::audit::ExportStateArgs),
 }
 
+fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("HOSTD_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let json = std::env::var("HOSTD_LOG_FORMAT").is_ok_and(|v| v == "json");
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+fn serve(cfg: Config, dev_dir: Option<PathBuf>) -> anyhow::Result<()> {
+    daemon::ensure_state_dir(&cfg.state.dir)?;
+    let store = Store::open(&cfg.state.dir)?;
+    let clock = daemon::node_clock(&cfg, &store)?;
+    if dev_dir.is_some() {
+        // Still single-threaded: the runtime starts below.
+        dev::set_sim_clock(&clock);
+    }
+    let node = daemon::open_node(cfg.clone(), store, clock)?;
+    if let Some(dir) = &dev_dir {
+        println!("{}", dev::banner(dir, &cfg));
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(daemon::run(node))
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.cmd {
-        Cmd::Audit(AuditCmd::Export(args)) => cli::audit::run_export_state(args),
+    let result = match cli.cmd {
+        Cmd::Run { config } => {
+            init_logging();
+            Config::load(&config)
+                .map_err(anyhow::Error::from)
+                .and_then(|cfg| serve(cfg, None))
+        }
+        Cmd::Dev(args) => {
+            init_logging();
+            dev::prepare(&args).and_then(|cfg| serve(cfg, Some(args.dir.clone())))
+        }
+        Cmd::Audit(AuditCmd::Export(args)) => return cli::audit::run_export_state(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hostd: {e:#}");
+            ExitCode::FAILURE
+        }
     }
 }

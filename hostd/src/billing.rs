@@ -1,0 +1,182 @@
+//! Invoices computed from usage records.
+//!
+//! The bill is a pure function of the ledger's records, so anyone holding a verified export
+//! computes the same invoice as the node: the daemon only ever bills from the ledger, never
+//! from a separate table.
+
+use crate::record::{Record, UsageRecord};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InvoiceLine {
+    pub lease: String,
+    pub gpu_model: String,
+    pub gpus: usize,
+    pub rate_paise_per_hour: u64,
+    pub gpu_ms: u64,
+    pub gpu_hours: f64,
+    pub energy_kwh: f64,
+    pub amount_paise: u64,
+    pub records: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Invoice {
+    pub tenant: String,
+    /// Inclusive start and exclusive end, RFC 3339, when given.
+    pub from: Option<String>,
+    pub to: Option<String>,
+    pub lines: Vec<InvoiceLine>,
+    pub total_paise: u64,
+    pub total: String,
+    /// Ids of the records billed: each can be checked with its receipt.
+    pub record_ids: Vec<u64>,
+    /// The signed checkpoint the records were verified against.
+    pub checkpoint: String,
+}
+
+/// Bills `tenant` for the usage records whose interval starts in `[from_ms, to_ms)`.
+pub fn invoice(
+    records: &[UsageRecord],
+    tenant: &str,
+    from_ms: Option<i64>,
+    to_ms: Option<i64>,
+    start_ms: impl Fn(&UsageRecord) -> Option<i64>,
+) -> (Vec<InvoiceLine>, Vec<u64>) {
+    struct Acc {
+        gpus: std::collections::BTreeSet<String>,
+        rate: u64,
+        gpu_ms: u64,
+        energy_j: f64,
+        amount: u64,
+        records: usize,
+    }
+    let mut by_key: BTreeMap<(String, String, u64), Acc> = BTreeMap::new();
+    let mut ids = Vec::new();
+    for r in records.iter().filter(|r| r.tenant == tenant) {
+        let Some(start) = start_ms(r) else { continue };
+        if from_ms.is_some_and(|f| start < f) || to_ms.is_some_and(|t| start >= t) {
+            continue;
+        }
+        ids.push(r.id);
+        let acc = by_key
+            .entry((r.lease.clone(), r.gpu_model.clone(), r.rate_paise_per_hour))
+            .or_insert_with(|| Acc {
+                gpus: Default::default(),
+                rate: r.rate_paise_per_hour,
+                gpu_ms: 0,
+                energy_j: 0.0,
+                amount: 0,
+                records: 0,
+            });
+        acc.gpus.insert(r.gpu_uuid.clone());
+        acc.gpu_ms += r.gpu_ms;
+        acc.energy_j += r.energy_joules;
+        acc.amount += r.amount_paise;
+        acc.records += 1;
+    }
+    let lines = by_key
+        .into_iter()
+        .map(|((lease, model, _), a)| InvoiceLine {
+            lease,
+            gpu_model: model,
+            gpus: a.gpus.len(),
+            rate_paise_per_hour: a.rate,
+            gpu_ms: a.gpu_ms,
+            gpu_hours: a.gpu_ms as f64 / 3_600_000.0,
+            energy_kwh: a.energy_j / 3_600_000.0,
+            amount_paise: a.amount,
+            records: a.records,
+        })
+        .collect();
+    (lines, ids)
+}
+
+/// Usage records among ledger leaves; other record kinds are skipped, undecodable leaves are
+/// an error naming the record.
+pub fn usage_records(leaves: &[Vec<u8>]) -> Result<Vec<UsageRecord>, String> {
+    let mut out = Vec::new();
+    for (i, leaf) in leaves.iter().enumerate() {
+        match serde_json::from_slice::<Record>(leaf) {
+            Ok(Record::Usage(u)) => out.push(u),
+            Err(e) => return Err(format!("record {i} is not a valid record: {e}")),
+        }
+    }
+    Ok(out)
+}
+
+/// `₹10,000.00`, with Indian digit grouping (`₹1,00,000.00`).
+pub fn format_inr(paise: u64) -> String {
+    let rupees = (paise / 100).to_string();
+    let mut grouped = String::new();
+    let len = rupees.len();
+    for (i, ch) in rupees.chars().enumerate() {
+        let left = len - i;
+        grouped.push(ch);
+        if left > 1 && (left == 4 || (left > 4 && (left - 4) % 2 == 1)) {
+            grouped.push(',');
+        }
+    }
+    format!("₹{grouped}.{:02}", paise % 100)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_rupees_with_indian_grouping() {
+        assert_eq!(format_inr(0), "₹0.00");
+        assert_eq!(format_inr(99_999), "₹999.99");
+        assert_eq!(format_inr(100_000), "₹1,000.00");
+        assert_eq!(format_inr(1_000_000), "₹10,000.00");
+        assert_eq!(format_inr(10_000_000), "₹1,00,000.00");
+        assert_eq!(format_inr(123_456_789_00), "₹12,34,56,789.00");
+    }
+
+    fn rec(id: u64, tenant: &str, start_h: i64) -> UsageRecord {
+        UsageRecord {
+            v: 1,
+            id,
+            node: "n".into(),
+            tenant: tenant.into(),
+            lease: "lease-1".into(),
+            gpu_uuid: "GPU-0".into(),
+            gpu_model: "H100".into(),
+            start: start_h.to_string(),
+            end: (start_h + 1).to_string(),
+            gpu_ms: 3_600_000,
+            gpu_seconds: 3600.0,
+            energy_joules: 1_800_000.0,
+            peak_memory_bytes: 0,
+            mean_utilization_pct: 0.0,
+            rate_paise_per_hour: 25_000,
+            amount_paise: 25_000,
+            policy_digest: String::new(),
+            prev: None,
+        }
+    }
+
+    #[test]
+    fn forty_h100_hours_at_250_is_ten_thousand_rupees() {
+        let mut records: Vec<UsageRecord> =
+            (0..40).map(|h| rec(h as u64, "hyd-speech", h)).collect();
+        records.push(rec(40, "other", 0));
+        let start = |r: &UsageRecord| r.start.parse::<i64>().ok().map(|h| h * 3_600_000);
+        let (lines, ids) = invoice(&records, "hyd-speech", None, None, start);
+        assert_eq!(lines.len(), 1);
+        assert_eq!(lines[0].amount_paise, 1_000_000);
+        assert_eq!(lines[0].gpu_hours, 40.0);
+        assert_eq!(format_inr(lines[0].amount_paise), "₹10,000.00");
+        assert_eq!(ids.len(), 40);
+        let (lines, _) = invoice(
+            &records,
+            "hyd-speech",
+            Some(10 * 3_600_000),
+            Some(20 * 3_600_000),
+            start,
+        );
+        assert_eq!(lines[0].records, 10);
+    }
+}

@@ -1,0 +1,124 @@
+//! The daemon's notion of time, optionally accelerated for dev mode.
+//!
+//! Metering and billing read time only through [`Clock`], so that dev mode can run the
+//! 40-hour seed example in under a minute while the simulated GPUs' energy counters advance
+//! at the same accelerated pace (the fake NVML library applies the identical formula, given
+//! the same epoch and scale through `NVML_SIM_CLOCK`).
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Clock {
+    epoch_ms: i64,
+    scale: f64,
+}
+
+fn real_now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+impl Clock {
+    /// Wall-clock time.
+    pub fn real() -> Clock {
+        Clock {
+            epoch_ms: 0,
+            scale: 1.0,
+        }
+    }
+
+    /// Time that runs `scale` times faster than the wall clock from `epoch_ms` on.
+    pub fn scaled(epoch_ms: i64, scale: f64) -> Clock {
+        Clock { epoch_ms, scale }
+    }
+
+    /// A scaled clock whose epoch is now.
+    pub fn scaled_from_now(scale: f64) -> Clock {
+        Clock::scaled(real_now_ms(), scale)
+    }
+
+    pub fn scale(&self) -> f64 {
+        self.scale
+    }
+
+    /// Milliseconds since the Unix epoch, in (possibly accelerated) clock time.
+    pub fn now_ms(&self) -> i64 {
+        self.at(real_now_ms())
+    }
+
+    fn at(&self, real_ms: i64) -> i64 {
+        if self.scale == 1.0 {
+            return real_ms;
+        }
+        let elapsed = (real_ms - self.epoch_ms) as f64 * self.scale;
+        self.epoch_ms + elapsed as i64
+    }
+
+    /// The value for the fake NVML library's `NVML_SIM_CLOCK`.
+    pub fn sim_env(&self) -> String {
+        format!("{}:{}", self.epoch_ms, self.scale)
+    }
+}
+
+/// RFC 3339 UTC with millisecond precision, e.g. `2026-12-03T07:00:00.000Z`.
+pub fn rfc3339_ms(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let millis = ms.rem_euclid(1000);
+    match time::OffsetDateTime::from_unix_timestamp(secs) {
+        Ok(t) => format!(
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+            t.year(),
+            u8::from(t.month()),
+            t.day(),
+            t.hour(),
+            t.minute(),
+            t.second(),
+            millis
+        ),
+        Err(_) => format!("@{ms}ms"),
+    }
+}
+
+/// Parses RFC 3339 (any offset) or a plain date `YYYY-MM-DD` (midnight UTC) into Unix ms.
+pub fn parse_time_ms(s: &str) -> Result<i64, String> {
+    use time::format_description::well_known::Rfc3339;
+    if let Ok(t) = time::OffsetDateTime::parse(s, &Rfc3339) {
+        return i64::try_from(t.unix_timestamp_nanos() / 1_000_000)
+            .map_err(|_| format!("`{s}` is out of range"));
+    }
+    let fmt = time::macros::format_description!("[year]-[month]-[day]");
+    let d = time::Date::parse(s, &fmt)
+        .map_err(|_| format!("`{s}` is neither RFC 3339 nor YYYY-MM-DD"))?;
+    Ok(d.midnight().assume_utc().unix_timestamp() * 1000)
+}
+
+/// Start of the UTC hour after `ms`.
+pub fn next_hour_ms(ms: i64) -> i64 {
+    (ms.div_euclid(3_600_000) + 1) * 3_600_000
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scaled_clock_runs_fast_from_its_epoch() {
+        let c = Clock::scaled(1_000_000, 3600.0);
+        assert_eq!(c.at(1_000_000), 1_000_000);
+        assert_eq!(c.at(1_001_000), 1_000_000 + 3_600_000);
+        assert_eq!(Clock::real().at(42), 42);
+    }
+
+    #[test]
+    fn formats_and_parses_times() {
+        assert_eq!(rfc3339_ms(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339_ms(1_500), "1970-01-01T00:00:01.500Z");
+        assert_eq!(parse_time_ms("1970-01-02").unwrap(), 86_400_000);
+        assert_eq!(parse_time_ms("1970-01-01T01:00:00+01:00").unwrap(), 0);
+        assert!(parse_time_ms("yesterday").is_err());
+        assert_eq!(next_hour_ms(0), 3_600_000);
+        assert_eq!(next_hour_ms(3_600_000), 7_200_000);
+    }
+}

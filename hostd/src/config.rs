@@ -1,0 +1,363 @@
+//! The daemon's configuration file (`/etc/hostd/hostd.toml`).
+//!
+//! Every field has a documented default so that a minimal file (node identity and TLS paths)
+//! is enough; unknown keys are rejected so that a typo never silently falls back to a default.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// Errors reading or validating the configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("config {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("config {path}: {field}: {message}")]
+    Invalid {
+        path: PathBuf,
+        field: String,
+        message: String,
+    },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub node: NodeConfig,
+    #[serde(default)]
+    pub api: ApiConfig,
+    #[serde(default)]
+    pub state: StateConfig,
+    #[serde(default)]
+    pub gpu: GpuConfig,
+    #[serde(default)]
+    pub metering: MeteringConfig,
+    /// Price per GPU-hour by GPU model (`H100 = "250.00"`), in rupees.
+    #[serde(default)]
+    pub rates: BTreeMap<String, Rupees>,
+    #[serde(default)]
+    pub policy: PolicyConfig,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct NodeConfig {
+    /// Node name; also names the ledger (`<name>/usage`).
+    pub name: String,
+    /// ISO 3166 code of where the node stands, e.g. `IN-TG`.
+    pub jurisdiction: String,
+    /// Facility (data centre) identifier.
+    pub facility: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApiConfig {
+    /// Where the mTLS API listens. Default `127.0.0.1:8443`.
+    pub listen: SocketAddr,
+    /// SPIFFE trust domain of client certificates. Default `sovereign.local`.
+    pub trust_domain: String,
+    /// CA that issues client certificates (PEM).
+    pub ca: PathBuf,
+    /// Server certificate and key (PEM).
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// Largest request body accepted, bytes. Default 64 KiB.
+    pub max_body_bytes: usize,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8443)),
+            trust_domain: "sovereign.local".into(),
+            ca: PathBuf::from("/etc/hostd/tls/ca.pem"),
+            cert: PathBuf::from("/etc/hostd/tls/server/cert.pem"),
+            key: PathBuf::from("/etc/hostd/tls/server/key.pem"),
+            max_body_bytes: 64 * 1024,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct StateConfig {
+    /// State directory: sled database and the node's log key. Default `/var/lib/hostd`.
+    pub dir: PathBuf,
+}
+
+impl Default for StateConfig {
+    fn default() -> Self {
+        Self {
+            dir: PathBuf::from("/var/lib/hostd"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct GpuConfig {
+    /// Path of `libnvidia-ml.so`; default: the system's `libnvidia-ml.so.1`.
+    pub nvml_library: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct MeteringConfig {
+    /// Seconds between samples of each leased GPU. Default 10.
+    pub interval_secs: f64,
+    /// Time acceleration (dev mode only): virtual seconds per real second. Default 1.
+    pub time_scale: f64,
+}
+
+impl Default for MeteringConfig {
+    fn default() -> Self {
+        Self {
+            interval_secs: 10.0,
+            time_scale: 1.0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PolicyConfig {
+    /// Residency policy (TOML) consulted before every placement, with its signature in
+    /// `<file>.sig`. Without one, every placement is denied (deny by default).
+    pub file: Option<PathBuf>,
+    /// The policy authority's verifier key (`<name>+<id>+<base64>`); required with `file`.
+    pub authority: Option<PathBuf>,
+}
+
+/// An amount of rupees with at most two decimals, kept as integer paise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rupees(pub u64);
+
+impl Rupees {
+    pub fn paise(self) -> u64 {
+        self.0
+    }
+
+    /// Parses `250`, `250.5`, `250.50`; rejects negatives, more than two decimals, garbage.
+    pub fn parse(s: &str) -> Result<Rupees, String> {
+        let s = s.trim();
+        let (whole, frac) = match s.split_once('.') {
+            Some((w, f)) => (w, Some(f)),
+            None => (s, None),
+        };
+        let digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+        if !digits(whole) || frac.is_some_and(|f| !digits(f) || f.len() > 2) {
+            return Err(format!(
+                "`{s}` is not an amount in rupees with at most two decimals"
+            ));
+        }
+        let whole: u64 = whole.parse().map_err(|_| format!("`{s}` is too large"))?;
+        let frac = frac.unwrap_or("");
+        let frac_paise: u64 = match frac.len() {
+            0 => 0,
+            1 => frac.parse::<u64>().unwrap_or(0) * 10,
+            _ => frac.parse::<u64>().unwrap_or(0),
+        };
+        whole
+            .checked_mul(100)
+            .and_then(|p| p.checked_add(frac_paise))
+            .map(Rupees)
+            .ok_or_else(|| format!("`{s}` is too large"))
+    }
+}
+
+impl std::fmt::Display for Rupees {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{:02}", self.0 / 100, self.0 % 100)
+    }
+}
+
+impl Serialize for Rupees {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for Rupees {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Int(u64),
+            Str(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Int(n) => n
+                .checked_mul(100)
+                .map(Rupees)
+                .ok_or_else(|| serde::de::Error::custom("rate too large")),
+            Raw::Str(s) => Rupees::parse(&s).map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+impl Config {
+    /// Reads and validates a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::from_toml(&text, path)
+    }
+
+    /// Parses and validates config text; `path` is only used in messages and to resolve
+    /// relative paths against the file's directory.
+    pub fn from_toml(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let mut cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+        if let Some(base) = path.parent() {
+            cfg.resolve_relative(base);
+        }
+        cfg.validate(path)?;
+        Ok(cfg)
+    }
+
+    fn resolve_relative(&mut self, base: &Path) {
+        let fix = |p: &mut PathBuf| {
+            if p.is_relative() {
+                *p = base.join(&*p);
+            }
+        };
+        fix(&mut self.api.ca);
+        fix(&mut self.api.cert);
+        fix(&mut self.api.key);
+        fix(&mut self.state.dir);
+        if let Some(p) = self.gpu.nvml_library.as_mut() {
+            fix(p);
+        }
+        if let Some(p) = self.policy.file.as_mut() {
+            fix(p);
+        }
+        if let Some(p) = self.policy.authority.as_mut() {
+            fix(p);
+        }
+    }
+
+    fn validate(&self, path: &Path) -> Result<(), ConfigError> {
+        let invalid = |field: &str, message: String| ConfigError::Invalid {
+            path: path.to_owned(),
+            field: field.into(),
+            message,
+        };
+        let name_ok = |s: &str| {
+            !s.is_empty()
+                && s.len() <= 64
+                && s.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
+        };
+        if !name_ok(&self.node.name) {
+            return Err(invalid(
+                "node.name",
+                "must be 1-64 characters of A-Z a-z 0-9 . _ -".into(),
+            ));
+        }
+        if self.node.jurisdiction.trim().is_empty() {
+            return Err(invalid("node.jurisdiction", "must not be empty".into()));
+        }
+        if !(self.metering.interval_secs.is_finite()
+            && self.metering.interval_secs >= 0.01
+            && self.metering.interval_secs <= 3600.0)
+        {
+            return Err(invalid(
+                "metering.interval_secs",
+                "must be between 0.01 and 3600".into(),
+            ));
+        }
+        if !(self.metering.time_scale.is_finite()
+            && self.metering.time_scale >= 1.0
+            && self.metering.time_scale <= 1_000_000.0)
+        {
+            return Err(invalid(
+                "metering.time_scale",
+                "must be between 1 and 1000000".into(),
+            ));
+        }
+        if self.policy.file.is_some() && self.policy.authority.is_none() {
+            return Err(invalid(
+                "policy.authority",
+                "a policy file needs the policy authority's key: the node runs signed policies only".into(),
+            ));
+        }
+        if self.api.max_body_bytes < 1024 || self.api.max_body_bytes > 16 * 1024 * 1024 {
+            return Err(invalid(
+                "api.max_body_bytes",
+                "must be between 1 KiB and 16 MiB".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Paise per GPU-hour for a GPU model, if the operator priced it.
+    pub fn rate_for(&self, model: &str) -> Option<u64> {
+        self.rates
+            .iter()
+            .find(|(m, _)| m.eq_ignore_ascii_case(model))
+            .map(|(_, r)| r.paise())
+    }
+
+    /// Origin (and key name) of the node's usage log.
+    pub fn log_origin(&self) -> String {
+        format!("{}/usage", self.node.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIN: &str = r#"
+[node]
+name = "hyd-node-01"
+jurisdiction = "IN-TG"
+facility = "hyd-dc-1"
+[rates]
+H100 = "250.00"
+L4 = 60
+"#;
+
+    #[test]
+    fn minimal_config_gets_documented_defaults() {
+        let c = Config::from_toml(MIN, Path::new("/etc/hostd/hostd.toml")).unwrap();
+        assert_eq!(c.api.listen.to_string(), "127.0.0.1:8443");
+        assert_eq!(c.metering.interval_secs, 10.0);
+        assert_eq!(c.rate_for("h100"), Some(25_000));
+        assert_eq!(c.rate_for("L4"), Some(6_000));
+        assert_eq!(c.rate_for("A100"), None);
+        assert_eq!(c.log_origin(), "hyd-node-01/usage");
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_refused() {
+        let typo = format!("{MIN}\n[metering]\nintervall_secs = 5\n");
+        let e = Config::from_toml(&typo, Path::new("x.toml")).unwrap_err();
+        assert!(e.to_string().contains("intervall_secs"), "{e}");
+        let bad = MIN.replace("\"250.00\"", "\"250.001\"");
+        assert!(Config::from_toml(&bad, Path::new("x.toml")).is_err());
+        let bad = MIN.replace("hyd-node-01", "hyd node");
+        assert!(Config::from_toml(&bad, Path::new("x.toml")).is_err());
+    }
+
+    #[test]
+    fn rupees_parse_exactly() {
+        assert_eq!(Rupees::parse("250").unwrap().paise(), 25_000);
+        assert_eq!(Rupees::parse("0.5").unwrap().paise(), 50);
+        assert_eq!(Rupees::parse("12.34").unwrap().to_string(), "12.34");
+        for bad in ["", "-1", "1.234", "abc", "1.", ".5", "99999999999999999999"] {
+            assert!(Rupees::parse(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,182 @@
+//! `hostd run`: wiring the node together and running it until SIGTERM.
+
+use crate::api;
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::gpu::Gpus;
+use crate::keys;
+use crate::ledger::Ledger;
+use crate::node::Node;
+use crate::residency::Residency;
+use crate::store::Store;
+use crate::tls;
+use anyhow::{Context, Result};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::{error, info, warn};
+
+/// Creates the state directory readable by hostd alone: it holds the ledger's signing key.
+pub fn ensure_state_dir(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    if !dir.exists() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .with_context(|| format!("creating state directory {}", dir.display()))?;
+    }
+    let mode = std::fs::metadata(dir)
+        .with_context(|| format!("reading state directory {}", dir.display()))?
+        .permissions()
+        .mode();
+    if mode & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("restricting state directory {} to 0700", dir.display()))?;
+    }
+    Ok(())
+}
+
+/// The clock for this config: real time, or the dev-mode accelerated clock whose epoch is
+/// kept in the store so that time never runs backwards across restarts.
+pub fn node_clock(cfg: &Config, store: &Store) -> Result<Clock> {
+    if cfg.metering.time_scale == 1.0 {
+        return Ok(Clock::real());
+    }
+    let epoch = match store.meta_get("clock_epoch_ms")? {
+        Some(v) => i64::from_be_bytes(
+            <[u8; 8]>::try_from(v.as_slice()).context("corrupt clock epoch in state")?,
+        ),
+        None => {
+            let now = Clock::real().now_ms();
+            store.meta_set("clock_epoch_ms", &now.to_be_bytes())?;
+            store.flush()?;
+            now
+        }
+    };
+    Ok(Clock::scaled(epoch, cfg.metering.time_scale))
+}
+
+/// Opens everything the node needs, in the order that gives the clearest error first.
+pub fn open_node(cfg: Config, store: Store, clock: Clock) -> Result<Node> {
+    let key_path = cfg.state.dir.join("log.key");
+    let signer = keys::load_or_create_log_key(&key_path, &cfg.log_origin())
+        .with_context(|| format!("node log key {}", key_path.display()))?;
+    let ledger = Ledger::open(store.db(), signer).context("opening the usage ledger")?;
+    // The public key, where an auditor (or `hostd dev`'s banner) expects it.
+    let vkey_path = cfg.state.dir.join("log.vkey");
+    std::fs::write(&vkey_path, format!("{}\n", ledger.vkey()))
+        .with_context(|| format!("writing {}", vkey_path.display()))?;
+    let gpus = Gpus::open(cfg.gpu.nvml_library.as_deref()).context("opening NVML")?;
+    let residency = match (&cfg.policy.file, &cfg.policy.authority) {
+        (Some(p), Some(authority)) => Residency::load(p, authority, &store)
+            .with_context(|| format!("residency policy {}", p.display()))?,
+        _ => {
+            warn!("no residency policy configured: every placement will be denied");
+            Residency::none()
+        }
+    };
+    Node::open(cfg, clock, store, ledger, gpus, residency).map_err(anyhow::Error::from)
+}
+
+/// Tells systemd we are ready (Type=notify units); a no-op elsewhere.
+fn sd_notify(state: &str) {
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
+    let sock = match std::os::unix::net::UnixDatagram::unbound() {
+        Ok(s) => s,
+        Err(e) => {
+            warn!(error = %e, "sd_notify: cannot create socket");
+            return;
+        }
+    };
+    let bytes = path.as_encoded_bytes();
+    let result = if let Some(name) = bytes.strip_prefix(b"@") {
+        use std::os::linux::net::SocketAddrExt;
+        std::os::unix::net::SocketAddr::from_abstract_name(name)
+            .and_then(|addr| sock.send_to_addr(state.as_bytes(), &addr))
+    } else {
+        sock.send_to(state.as_bytes(), Path::new(&path))
+    };
+    if let Err(e) = result {
+        warn!(error = %e, "sd_notify failed");
+    }
+}
+
+/// Real seconds between metering rounds: the configured interval in clock time, but never
+/// faster than 20 per second however much dev mode accelerates time.
+fn tick_period(cfg: &Config) -> Duration {
+    let secs = cfg.metering.interval_secs / cfg.metering.time_scale;
+    Duration::from_secs_f64(secs.max(0.05))
+}
+
+/// Runs the daemon until SIGTERM or SIGINT.
+pub async fn run(node: Node) -> Result<()> {
+    let node = Arc::new(node);
+    let cfg = node.config().clone();
+    let server_cfg = tls::server_config(&cfg.api.ca, &cfg.api.cert, &cfg.api.key)
+        .context("loading TLS files")?;
+    let listener = tokio::net::TcpListener::bind(cfg.api.listen)
+        .await
+        .with_context(|| format!("listening on {}", cfg.api.listen))?;
+    let addr = listener.local_addr()?;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+
+    let meter_node = node.clone();
+    let mut meter_stop = stop_rx.clone();
+    let period = tick_period(&cfg);
+    let meter = tokio::spawn(async move {
+        let mut every = tokio::time::interval(period);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = every.tick() => {}
+                _ = meter_stop.changed() => break,
+            }
+            let n = meter_node.clone();
+            match tokio::task::spawn_blocking(move || n.meter_tick()).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => error!(error = %e, "metering round failed"),
+                Err(e) => error!(error = %e, "metering worker failed"),
+            }
+        }
+    });
+
+    let mut server_stop = stop_rx.clone();
+    let shutdown = async move {
+        let _ = server_stop.changed().await;
+    };
+    let options = tls::ServeOptions {
+        shutdown_grace: Duration::from_secs(8),
+        ..Default::default()
+    };
+    let server = tokio::spawn(tls::serve_with(
+        listener,
+        server_cfg,
+        cfg.api.trust_domain.clone(),
+        api::router(node.clone()),
+        shutdown,
+        options,
+    ));
+    info!(node = %cfg.node.name, %addr, "hostd ready");
+    sd_notify("READY=1");
+
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = term.recv() => info!("SIGTERM: shutting down"),
+        _ = tokio::signal::ctrl_c() => info!("SIGINT: shutting down"),
+    }
+    sd_notify("STOPPING=1");
+    let _ = stop_tx.send(true);
+    let _ = meter.await;
+    match tokio::time::timeout(Duration::from_secs(10), server).await {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(e))) => warn!(error = %e, "API server stopped with an error"),
+        Ok(Err(e)) => warn!(error = %e, "API server task failed"),
+        Err(_) => warn!("API connections did not finish within 10 s"),
+    }
+    node.flush().context("final flush")?;
+    info!("hostd stopped cleanly");
+    Ok(())
+}

@@ -1,0 +1,206 @@
+//! The node's state in sled: one database under `<state>/db`, one tree per concept.
+//!
+//! Values are JSON so that an operator can inspect a state directory with ordinary tools and
+//! so that adding a field is a compatible change; the schema version in the `meta` tree
+//! guards against a state directory written by a newer, incompatible build.
+
+use serde::{de::DeserializeOwned, Serialize};
+use std::path::{Path, PathBuf};
+
+/// Schema version this build writes and understands.
+pub const SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot open state database {path}: {source}")]
+    Open { path: PathBuf, source: sled::Error },
+    #[error(
+        "state directory {path} was written by a newer hostd (schema {found}, this build understands up to {SCHEMA_VERSION}); refusing to start — run the newer hostd or restore a backup"
+    )]
+    NewerSchema { path: PathBuf, found: u32 },
+    #[error("state database: {0}")]
+    Sled(#[from] sled::Error),
+    #[error("corrupt {tree} entry {key}: {message}")]
+    Corrupt {
+        tree: &'static str,
+        key: String,
+        message: String,
+    },
+}
+
+/// Handle to the node's sled database and its typed trees.
+#[derive(Clone)]
+pub struct Store {
+    db: sled::Db,
+    meta: sled::Tree,
+}
+
+/// A tree of JSON values keyed by string ids.
+#[derive(Clone)]
+pub struct JsonTree {
+    name: &'static str,
+    tree: sled::Tree,
+}
+
+impl Store {
+    /// Opens (creating if needed) the database under `state_dir/db` and checks its schema.
+    pub fn open(state_dir: &Path) -> Result<Store, StoreError> {
+        let path = state_dir.join("db");
+        let db = sled::Config::new()
+            .path(&path)
+            .open()
+            .map_err(|source| StoreError::Open {
+                path: path.clone(),
+                source,
+            })?;
+        let meta = db.open_tree("meta")?;
+        match meta.get("schema")? {
+            Some(v) => {
+                let found = <[u8; 4]>::try_from(v.as_ref())
+                    .map(u32::from_be_bytes)
+                    .map_err(|_| StoreError::Corrupt {
+                        tree: "meta",
+                        key: "schema".into(),
+                        message: format!("expected 4 bytes, found {}", v.len()),
+                    })?;
+                if found > SCHEMA_VERSION {
+                    return Err(StoreError::NewerSchema { path, found });
+                }
+            }
+            None => {
+                meta.insert("schema", &SCHEMA_VERSION.to_be_bytes())?;
+                db.flush()?;
+            }
+        }
+        Ok(Store { db, meta })
+    }
+
+    pub fn db(&self) -> &sled::Db {
+        &self.db
+    }
+
+    pub fn tree(&self, name: &'static str) -> Result<JsonTree, StoreError> {
+        Ok(JsonTree {
+            name,
+            tree: self.db.open_tree(name)?,
+        })
+    }
+
+    /// Writes everything to disk; returns once durable.
+    pub fn flush(&self) -> Result<(), StoreError> {
+        self.db.flush()?;
+        Ok(())
+    }
+
+    /// A raw value in the `meta` tree (small node-wide facts).
+    pub fn meta_get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.meta.get(key)?.map(|v| v.to_vec()))
+    }
+
+    pub fn meta_set(&self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        self.meta.insert(key, value)?;
+        Ok(())
+    }
+}
+
+impl JsonTree {
+    pub fn get<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, StoreError> {
+        match self.tree.get(key)? {
+            None => Ok(None),
+            Some(v) => serde_json::from_slice(&v)
+                .map(Some)
+                .map_err(|e| self.corrupt(key, e)),
+        }
+    }
+
+    pub fn put<T: Serialize>(&self, key: &str, value: &T) -> Result<(), StoreError> {
+        let bytes = serde_json::to_vec(value).map_err(|e| self.corrupt(key, e))?;
+        self.tree.insert(key, bytes)?;
+        Ok(())
+    }
+
+    pub fn remove(&self, key: &str) -> Result<(), StoreError> {
+        self.tree.remove(key)?;
+        Ok(())
+    }
+
+    /// Applies puts (`Some`) and removes (`None`) atomically.
+    pub fn apply<T: Serialize>(&self, ops: &[(String, Option<&T>)]) -> Result<(), StoreError> {
+        let mut batch = sled::Batch::default();
+        for (key, value) in ops {
+            match value {
+                Some(v) => {
+                    let bytes = serde_json::to_vec(v).map_err(|e| self.corrupt(key, e))?;
+                    batch.insert(key.as_bytes(), bytes);
+                }
+                None => batch.remove(key.as_bytes()),
+            }
+        }
+        self.tree.apply_batch(batch)?;
+        Ok(())
+    }
+
+    /// Values whose key starts with `prefix`, in key order.
+    pub fn scan<T: DeserializeOwned>(&self, prefix: &str) -> Result<Vec<T>, StoreError> {
+        let mut out = Vec::new();
+        for item in self.tree.scan_prefix(prefix) {
+            let (k, v) = item?;
+            let key = String::from_utf8_lossy(&k).into_owned();
+            out.push(serde_json::from_slice(&v).map_err(|e| self.corrupt(&key, e))?);
+        }
+        Ok(out)
+    }
+
+    /// All values in key order.
+    pub fn all<T: DeserializeOwned>(&self) -> Result<Vec<T>, StoreError> {
+        let mut out = Vec::new();
+        for item in self.tree.iter() {
+            let (k, v) = item?;
+            let key = String::from_utf8_lossy(&k).into_owned();
+            out.push(serde_json::from_slice(&v).map_err(|e| self.corrupt(&key, e))?);
+        }
+        Ok(out)
+    }
+
+    fn corrupt(&self, key: &str, e: serde_json::Error) -> StoreError {
+        StoreError::Corrupt {
+            tree: self.name,
+            key: key.to_owned(),
+            message: e.to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_state_from_a_newer_schema() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let s = Store::open(dir.path()).unwrap();
+            s.meta_set("schema", &(SCHEMA_VERSION + 1).to_be_bytes())
+                .unwrap();
+            s.flush().unwrap();
+        }
+        let err = Store::open(dir.path()).err().expect("must refuse");
+        assert!(err.to_string().contains("newer hostd"), "{err}");
+    }
+
+    #[test]
+    fn json_trees_round_trip_and_report_corruption() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path()).unwrap();
+        let t = s.tree("things").unwrap();
+        t.put("a", &vec![1, 2, 3]).unwrap();
+        assert_eq!(t.get::<Vec<i32>>("a").unwrap(), Some(vec![1, 2, 3]));
+        s.db()
+            .open_tree("things")
+            .unwrap()
+            .insert("b", &b"{not json"[..])
+            .unwrap();
+        let err = t.get::<Vec<i32>>("b").unwrap_err();
+        assert!(err.to_string().contains("corrupt things entry b"), "{err}");
+    }
+}

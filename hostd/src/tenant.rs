@@ -1,0 +1,107 @@
+//! Tenants: the organisations that rent GPUs. A tenant's id is the last segment of its
+//! client certificate's SPIFFE URI (`spiffe://<td>/tenant/<id>`), which is how the API
+//! knows whose leases a request may see.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TenantStatus {
+    Active,
+    Suspended,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tenant {
+    pub id: String,
+    pub name: String,
+    /// ISO 3166 code of the tenant's home jurisdiction.
+    pub jurisdiction: String,
+    pub contact: String,
+    pub status: TenantStatus,
+    /// RFC 3339 creation time.
+    pub created: String,
+}
+
+/// `POST /v1/tenants` body.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewTenant {
+    pub id: String,
+    pub name: String,
+    pub jurisdiction: String,
+    #[serde(default)]
+    pub contact: String,
+}
+
+/// Ids appear in certificate URIs, sled keys and log lines: keep them to a safe alphabet.
+pub fn validate_id(kind: &str, id: &str) -> Result<(), String> {
+    let ok = !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+        && id.as_bytes()[0].is_ascii_alphanumeric();
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{kind} id `{id}` must be 1-64 characters of a-z 0-9 - _ and start with a letter or digit"
+        ))
+    }
+}
+
+/// ISO 3166-1 alpha-2 (`IN`) or ISO 3166-2 (`IN-TG`) shape. The policy engine validates
+/// codes against its tables; this only keeps junk out of the store.
+pub fn validate_jurisdiction(code: &str) -> Result<(), String> {
+    let (cc, sub) = match code.split_once('-') {
+        Some((c, s)) => (c, Some(s)),
+        None => (code, None),
+    };
+    let cc_ok = cc.len() == 2 && cc.bytes().all(|b| b.is_ascii_uppercase());
+    let sub_ok = sub.is_none_or(|s| {
+        (1..=3).contains(&s.len())
+            && s.bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
+    });
+    if cc_ok && sub_ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "jurisdiction `{code}` is not an ISO 3166 code such as IN or IN-TG"
+        ))
+    }
+}
+
+impl NewTenant {
+    pub fn validate(&self) -> Result<(), String> {
+        validate_id("tenant", &self.id)?;
+        if self.name.trim().is_empty() || self.name.len() > 200 {
+            return Err("tenant name must be 1-200 characters".into());
+        }
+        validate_jurisdiction(&self.jurisdiction)?;
+        if self.contact.len() > 200 {
+            return Err("contact must be at most 200 characters".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_and_jurisdictions_are_checked() {
+        assert!(validate_id("tenant", "hyd-speech").is_ok());
+        for bad in ["", "Hyd", "-x", "a b", "a/b", &"x".repeat(65)] {
+            assert!(validate_id("tenant", bad).is_err(), "{bad}");
+        }
+        for good in ["IN", "IN-TG", "DE-BY", "GB-ENG"] {
+            assert!(validate_jurisdiction(good).is_ok(), "{good}");
+        }
+        for bad in ["in", "IND", "IN-", "IN-TGXX", "I-N"] {
+            assert!(validate_jurisdiction(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! End-to-end tests: the real `hostd` (dev mode: dev PKI, fake NVML library, sled on disk) and
+//! the real `sovctl`, over real mutual TLS on loopback. One test binary, one module per story.
+
+mod api_input;
+mod authz;
+mod concurrency;
+mod crash;
+mod story;
+
+use serde_json::Value;
+
+/// Amount in paise for a lease from `start_ms` to `end_ms` at `rate` paise/h, computed
+/// independently of hostd: split at UTC hour boundaries, round each piece half up, add.
+pub fn expected_paise(start_ms: i64, end_ms: i64, rate: u64) -> u64 {
+    let mut total = 0u64;
+    let mut t = start_ms;
+    while t < end_ms {
+        let boundary = (t / 3_600_000 + 1) * 3_600_000;
+        let piece_end = boundary.min(end_ms);
+        let ms = (piece_end - t) as u128;
+        total += ((ms * rate as u128 + 1_800_000) / 3_600_000) as u64;
+        t = piece_end;
+    }
+    total
+}
+
+pub fn json(out: &std::process::Output) -> Value {
+    let text = e2e::ok(out);
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+/// Creates the two dev tenants.
+pub fn create_tenants(node: &e2e::DevNode) {
+    e2e::ok(&node.sovctl(
+        "operator",
+        &[
+            "tenant",
+            "create",
+            "--id",
+            "hyd-speech",
+            "--name",
+            "Hyderabad Speech Labs",
+            "--jurisdiction",
+            "IN-TG",
+        ],
+    ));
+    e2e::ok(&node.sovctl(
+        "operator",
+        &[
+            "tenant",
+            "create",
+            "--id",
+            "eu-bio",
+            "--name",
+            "EU Bio GmbH",
+            "--jurisdiction",
+            "DE",
+        ],
+    ));
+}
+
+/// Polls `f` every 50 ms until it returns `Some`, for at most `secs` seconds.
+pub fn wait_for<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
