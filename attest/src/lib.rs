@@ -6,7 +6,22 @@
 //! public formats it follows) without trusting the daemon.
 //!
 //! * [`log`] — an RFC 6962 / RFC 9162 Merkle tree over opaque leaves, with inclusion and
-//!   consistency proofs, behind a small storage trait so the daemon can keep it in sled.
+//!   consistency proofs, behind a small storage trait so the daemon can keep it in sled,
+//!   and a streaming root computer for auditors.
+//! * [`note`] — C2SP signed notes with Ed25519 keys (golang.org/x/mod/sumdb/note compatible).
+//! * [`checkpoint`] — C2SP tlog checkpoints: the log's signed tree heads.
+//! * [`receipt`] — C2SP tlog proofs: a record's inclusion proof with its signed checkpoint.
 #![forbid(unsafe_code)]
 
+pub mod canonical;
+pub mod checkpoint;
+pub mod ear;
+pub mod evidence;
+pub mod identity;
 pub mod log;
+pub mod manifest;
+pub mod note;
+pub mod nvidia;
+pub mod receipt;
+pub mod rim;
+pub mod verifier;

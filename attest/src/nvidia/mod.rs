@@ -1,0 +1,76 @@
+//! NVIDIA GPU attestation: the SPDM measurement report ([`spdm`]), the device certificate
+//! chain ([`chain`]), and a builder of report-shaped test data for simulators ([`sim`]).
+//!
+//! [`verify_report`] ties them together in the order a relying party must apply them: the
+//! chain up to a configured NVIDIA root, the report signature with the leaf key, the leaf's
+//! FWID against the report's FWID, and the requester nonce against the one the verifier
+//! derived for this GPU.
+
+pub mod chain;
+pub mod sim;
+pub mod spdm;
+
+use chain::{CertChain, ChainError, VerifiedChain};
+use spdm::{SpdmError, SpdmReport};
+
+/// Why a GPU report is not acceptable.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum GpuReportError {
+    /// The report bytes do not parse.
+    #[error("GPU report malformed: {0}")]
+    Malformed(SpdmError),
+    /// The certificate chain does not verify.
+    #[error("GPU certificate chain: {0}")]
+    Chain(#[from] ChainError),
+    /// The report signature does not verify.
+    #[error("GPU report signature: {0}")]
+    Signature(SpdmError),
+    /// The report has no FWID opaque field, or it differs from the leaf certificate's.
+    #[error("GPU report FWID does not match the attestation certificate")]
+    FwidMismatch,
+    /// The requester nonce is not the expected one.
+    #[error("GPU report nonce {found} is not the expected {expected}")]
+    NonceMismatch {
+        /// Expected nonce, hex.
+        expected: String,
+        /// Nonce in the report, hex.
+        found: String,
+    },
+}
+
+/// Verify a report against its chain, roots, time and expected nonce; returns the parsed
+/// report on success.
+pub fn verify_report(
+    report: &[u8],
+    chain_ders: &[Vec<u8>],
+    roots: &[Vec<u8>],
+    now: u64,
+    expected_nonce: &[u8; 32],
+) -> Result<SpdmReport, GpuReportError> {
+    let parsed = SpdmReport::parse(report).map_err(GpuReportError::Malformed)?;
+    let verified = CertChain::from_der_list(chain_ders)?.verify(roots, now)?;
+    verify_report_with_chain(parsed, &verified, expected_nonce)
+}
+
+/// The report checks after the chain: signature with the leaf key, FWID, nonce. For callers
+/// that verified (or remember verifying) the chain themselves.
+pub fn verify_report_with_chain(
+    report: SpdmReport,
+    verified: &VerifiedChain,
+    expected_nonce: &[u8; 32],
+) -> Result<SpdmReport, GpuReportError> {
+    report
+        .verify_signature(&verified.leaf_key)
+        .map_err(GpuReportError::Signature)?;
+    match (verified.leaf_fwid.as_deref(), report.opaque.fwid()) {
+        (Some(a), Some(b)) if a == b => {}
+        _ => return Err(GpuReportError::FwidMismatch),
+    }
+    if &report.request_nonce != expected_nonce {
+        return Err(GpuReportError::NonceMismatch {
+            expected: hex::encode(expected_nonce),
+            found: hex::encode(report.request_nonce),
+        });
+    }
+    Ok(report)
+}

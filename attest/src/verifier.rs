@@ -1,0 +1,656 @@
+//! The verifier: appraises evidence against reference values and produces a signed
+//! [`AttestationResult`].
+//!
+//! Appraisal never fails on bad evidence — every problem becomes a trust-vector value and a
+//! [`Reason`] — so relying parties always get a signed answer they can log. The library is
+//! pure: the caller passes `now` and drives the [`NonceRegistry`], which remembers issued
+//! nonces until they expire so a nonce answers exactly one appraisal.
+//!
+//! Trust-vector mapping (AR4SI values from [`crate::ear::tier`]):
+//!
+//! | claim | affirming (2) | warning (32) | contraindicated (96) / unrecognized (97) |
+//! |---|---|---|---|
+//! | instance-identity | signature, enrollment, nonce, age all fine | — | malformed (97), bad signature, unknown authority (97), revoked, enrollment expired / not yet valid, nonce wrong / unknown / expired / reused, evidence stale or from the future |
+//! | executables | every non-configuration reference measurement equal | — | missing or different |
+//! | configuration | `cmdline`, `config`, `*.config`, `policy*` measurements equal | — | missing or different |
+//! | hardware | every GPU report verified and matching its RIMs | GPU not attestable (no report), no RIM for its VBIOS/driver version | fewer GPUs than required, report missing when required, chain/signature/FWID/nonce failure, untrusted root (97), RIM mismatch, claims disagree with the signed report |
+
+use crate::canonical::CanonicalError;
+use crate::ear::{
+    tier, AttestationClaims, AttestationResult, NodeIdentity, Reason, Status, TrustVector,
+    EAR_PROFILE,
+};
+use crate::evidence::{evidence_digest, gpu_nonce, Evidence, EvidenceError, GpuClaims, HexBytes};
+use crate::identity::{self, IdentityError};
+use crate::manifest::{ImageManifest, ManifestError, SignedImageManifest};
+use crate::nvidia::chain::{CertChain, ChainError, VerifiedChain};
+use crate::nvidia::spdm::SpdmReport;
+use crate::nvidia::{verify_report_with_chain, GpuReportError};
+use crate::rim::Rim;
+use ed25519_dalek::{SigningKey, VerifyingKey};
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Mutex;
+
+/// Why a nonce is not acceptable.
+#[derive(Debug, thiserror::Error, PartialEq, Eq, Clone, Copy)]
+pub enum NonceError {
+    /// `issue` was called twice with the same nonce.
+    #[error("nonce already issued")]
+    Duplicate,
+    /// Never issued (or expired and forgotten).
+    #[error("nonce was not issued by this verifier (or expired long ago)")]
+    Unknown,
+    /// Issued but expired.
+    #[error("nonce expired")]
+    Expired,
+    /// Already used for an appraisal.
+    #[error("nonce already used")]
+    Reused,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct NonceEntry {
+    expires_at: u64,
+    used: bool,
+}
+
+/// Issued challenge nonces with their expiry, as plain data the caller drives with `now`.
+/// The caller generates the random nonces; this only remembers them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NonceRegistry {
+    ttl: u64,
+    entries: BTreeMap<[u8; 32], NonceEntry>,
+}
+
+impl NonceRegistry {
+    /// Nonces live `ttl_secs` after issue.
+    pub fn new(ttl_secs: u64) -> Self {
+        Self {
+            ttl: ttl_secs,
+            entries: BTreeMap::new(),
+        }
+    }
+
+    /// Record a freshly generated nonce at `now`.
+    pub fn issue(&mut self, nonce: [u8; 32], now: u64) -> Result<(), NonceError> {
+        self.prune(now);
+        if self.entries.contains_key(&nonce) {
+            return Err(NonceError::Duplicate);
+        }
+        self.entries.insert(
+            nonce,
+            NonceEntry {
+                expires_at: now.saturating_add(self.ttl),
+                used: false,
+            },
+        );
+        Ok(())
+    }
+
+    /// Mark a nonce used; fails if unknown, expired or already used.
+    pub fn consume(&mut self, nonce: &[u8; 32], now: u64) -> Result<(), NonceError> {
+        let entry = self.entries.get_mut(nonce).ok_or(NonceError::Unknown)?;
+        if entry.used {
+            return Err(NonceError::Reused);
+        }
+        entry.used = true;
+        if now > entry.expires_at {
+            return Err(NonceError::Expired);
+        }
+        Ok(())
+    }
+
+    /// Forget nonces that expired before `now` (used or not).
+    pub fn prune(&mut self, now: u64) {
+        self.entries.retain(|_, e| e.expires_at >= now);
+    }
+
+    /// Number of remembered nonces.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether no nonce is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// What evidence is compared against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReferenceValues {
+    /// The (verified) image manifest.
+    pub image: ImageManifest,
+    /// NVIDIA RIMs (VBIOS and driver); selected per GPU by `colloquialVersion`.
+    pub gpu_rims: Vec<Rim>,
+}
+
+impl ReferenceValues {
+    /// Build from a signed manifest, checking it against trusted release keys.
+    pub fn from_signed_manifest(
+        manifest: &SignedImageManifest,
+        release_keys: &[VerifyingKey],
+        gpu_rims: Vec<Rim>,
+    ) -> Result<Self, ManifestError> {
+        let image = manifest.verify(release_keys)?.clone();
+        Ok(Self { image, gpu_rims })
+    }
+}
+
+/// Whether a measurement name belongs to the `configuration` claim (else `executables`).
+pub fn is_configuration_measurement(name: &str) -> bool {
+    name == "cmdline" || name == "config" || name.ends_with(".config") || name.starts_with("policy")
+}
+
+/// Verifier configuration.
+#[derive(Debug, Clone)]
+pub struct VerifierConfig {
+    /// Enrollment authority keys whose certificates are trusted.
+    pub enrollment_authorities: Vec<VerifyingKey>,
+    /// Revoked node public keys.
+    pub revoked_nodes: BTreeSet<[u8; 32]>,
+    /// NVIDIA device root certificates (DER).
+    pub nvidia_roots: Vec<Vec<u8>>,
+    /// Reference values.
+    pub reference: ReferenceValues,
+    /// Fewer GPU submodules than this is contraindicated.
+    pub min_gpus: usize,
+    /// Whether a GPU without an attestation report is contraindicated (else a warning).
+    pub require_gpu_reports: bool,
+    /// Evidence older than this (seconds, by its `iat`) is stale.
+    pub max_age: u64,
+    /// Evidence `iat` may be this far in the future (clock skew).
+    pub max_clock_skew: u64,
+    /// Key that signs attestation results.
+    pub signing_key: SigningKey,
+}
+
+/// Misuse of the verifier (never bad evidence).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum VerifierError {
+    /// Configuration is unusable.
+    #[error("verifier configuration: {0}")]
+    Config(String),
+    /// The result could not be encoded.
+    #[error("encoding the attestation result: {0}")]
+    Encoding(#[from] CanonicalError),
+}
+
+/// Bound on remembered enrollment signatures (cleared wholesale when reached).
+const ENROLLMENT_CACHE_MAX: usize = 65_536;
+
+/// Bound on remembered GPU certificate chains.
+const CHAIN_CACHE_MAX: usize = 16_384;
+
+/// The verifier. Shareable across threads (`&self` appraisal).
+#[derive(Debug)]
+pub struct Verifier {
+    config: VerifierConfig,
+    enrollment_cache: Mutex<HashSet<[u8; 32]>>,
+    chain_cache: Mutex<HashMap<[u8; 32], VerifiedChain>>,
+}
+
+impl Clone for Verifier {
+    fn clone(&self) -> Self {
+        Self {
+            config: self.config.clone(),
+            enrollment_cache: Mutex::new(HashSet::new()),
+            chain_cache: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Claim {
+    InstanceIdentity,
+    Configuration,
+    Executables,
+    Hardware,
+}
+
+impl Claim {
+    fn name(self) -> &'static str {
+        match self {
+            Claim::InstanceIdentity => "instance-identity",
+            Claim::Configuration => "configuration",
+            Claim::Executables => "executables",
+            Claim::Hardware => "hardware",
+        }
+    }
+}
+
+#[derive(Default)]
+struct Acc {
+    tv: TrustVector,
+    reasons: Vec<Reason>,
+}
+
+impl Acc {
+    fn slot(&mut self, c: Claim) -> &mut i8 {
+        match c {
+            Claim::InstanceIdentity => &mut self.tv.instance_identity,
+            Claim::Configuration => &mut self.tv.configuration,
+            Claim::Executables => &mut self.tv.executables,
+            Claim::Hardware => &mut self.tv.hardware,
+        }
+    }
+
+    /// Raise a claim to `value` if that is worse than what it has.
+    fn raise(&mut self, c: Claim, value: i8) {
+        let slot = self.slot(c);
+        let rank = |v: i8| (Status::of_claim(v), v);
+        if rank(value) > rank(*slot) {
+            *slot = value;
+        }
+    }
+
+    fn fail(&mut self, c: Claim, value: i8, code: &str, detail: impl Into<String>) {
+        self.raise(c, value);
+        self.reasons.push(Reason {
+            claim: c.name().into(),
+            code: code.into(),
+            detail: detail.into(),
+        });
+    }
+}
+
+impl Verifier {
+    /// Check the configuration and build a verifier.
+    pub fn new(config: VerifierConfig) -> Result<Self, VerifierError> {
+        if config.enrollment_authorities.is_empty() {
+            return Err(VerifierError::Config(
+                "no enrollment authority configured".into(),
+            ));
+        }
+        if config.reference.image.measurements.is_empty() {
+            return Err(VerifierError::Config(
+                "reference manifest has no measurements".into(),
+            ));
+        }
+        for (i, root) in config.nvidia_roots.iter().enumerate() {
+            crate::nvidia::chain::CertChain::from_der_list(std::slice::from_ref(root))
+                .map_err(|e| VerifierError::Config(format!("NVIDIA root {i}: {e}")))?;
+        }
+        Ok(Self {
+            config,
+            enrollment_cache: Mutex::new(HashSet::new()),
+            chain_cache: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Enrollment certificates are long-lived and repeat in every document a node sends, so
+    /// successful signature checks are remembered, keyed by SHA-256 of an encoding of the
+    /// whole certificate (claims *and* signature, so no other certificate can hit the entry).
+    /// Validity and revocation are still checked on every appraisal.
+    fn verify_enrollment_signature(
+        &self,
+        cert: &crate::identity::EnrollmentCertificate,
+    ) -> Result<(), IdentityError> {
+        // Any injective encoding works as a cache key; serde_json's plain struct encoding is
+        // cheaper than the canonical one.
+        let encoded = serde_json::to_vec(cert)
+            .map_err(|e| IdentityError::Encoding(CanonicalError::Shape(e.to_string())))?;
+        let key: [u8; 32] = Sha256::digest(encoded).into();
+        if let Ok(cache) = self.enrollment_cache.lock() {
+            if cache.contains(&key) {
+                return Ok(());
+            }
+        }
+        cert.verify_signature(&self.config.enrollment_authorities)?;
+        if let Ok(mut cache) = self.enrollment_cache.lock() {
+            if cache.len() >= ENROLLMENT_CACHE_MAX {
+                cache.clear();
+            }
+            cache.insert(key);
+        }
+        Ok(())
+    }
+
+    /// GPU certificate chains do not change between attestations: a successful path check is
+    /// remembered (keyed by SHA-256 over the length-prefixed DER certificates) with its
+    /// validity window, and reused while `now` is inside that window. Failures are never
+    /// cached, so errors always come from a full check.
+    fn verify_gpu_chain(&self, chain: &[HexBytes], now: u64) -> Result<VerifiedChain, ChainError> {
+        let mut h = Sha256::new();
+        for c in chain {
+            h.update((c.0.len() as u64).to_be_bytes());
+            h.update(&c.0);
+        }
+        let key: [u8; 32] = h.finalize().into();
+        if let Ok(cache) = self.chain_cache.lock() {
+            if let Some(v) = cache.get(&key) {
+                if v.valid_from <= now && now <= v.valid_until {
+                    return Ok(v.clone());
+                }
+            }
+        }
+        let ders: Vec<Vec<u8>> = chain.iter().map(|c| c.0.clone()).collect();
+        let verified = CertChain::from_der_list(&ders)?.verify(&self.config.nvidia_roots, now)?;
+        if let Ok(mut cache) = self.chain_cache.lock() {
+            if cache.len() >= CHAIN_CACHE_MAX {
+                cache.clear();
+            }
+            cache.insert(key, verified.clone());
+        }
+        Ok(verified)
+    }
+
+    /// The key relying parties use to check results.
+    pub fn verifying_key(&self) -> VerifyingKey {
+        self.config.signing_key.verifying_key()
+    }
+
+    /// Appraise evidence bytes answering `expected_nonce` at `now`. The nonce is consumed
+    /// whatever the outcome: each issued nonce answers exactly one appraisal.
+    pub fn appraise(
+        &self,
+        evidence: &[u8],
+        expected_nonce: &[u8; 32],
+        now: u64,
+        nonces: &mut NonceRegistry,
+    ) -> Result<AttestationResult, VerifierError> {
+        let mut acc = Acc::default();
+        let nonce_state = nonces.consume(expected_nonce, now);
+        let node = self.appraise_inner(evidence, expected_nonce, now, nonce_state, &mut acc);
+        let claims = AttestationClaims {
+            eat_profile: EAR_PROFILE.into(),
+            status: acc.tv.status(),
+            trust_vector: acc.tv,
+            reasons: acc.reasons,
+            eat_nonce: *expected_nonce,
+            evidence_digest: evidence_digest(evidence),
+            iat: now,
+            node,
+            verifier_key: self.config.signing_key.verifying_key().to_bytes(),
+        };
+        claims.sign(&self.config.signing_key).map_err(|e| match e {
+            crate::ear::EarError::Encoding(c) => VerifierError::Encoding(c),
+            other => VerifierError::Config(other.to_string()),
+        })
+    }
+
+    fn appraise_inner(
+        &self,
+        bytes: &[u8],
+        expected_nonce: &[u8; 32],
+        now: u64,
+        nonce_state: Result<(), NonceError>,
+        acc: &mut Acc,
+    ) -> Option<NodeIdentity> {
+        use Claim::*;
+        let evidence = match Evidence::verify_document(bytes) {
+            Ok(e) => e,
+            Err(e @ EvidenceError::BadSignature) => {
+                acc.fail(
+                    InstanceIdentity,
+                    tier::CONTRAINDICATED,
+                    "evidence-signature-invalid",
+                    e.to_string(),
+                );
+                return None;
+            }
+            Err(e) => {
+                acc.fail(
+                    InstanceIdentity,
+                    tier::UNRECOGNIZED,
+                    "evidence-malformed",
+                    e.to_string(),
+                );
+                return None;
+            }
+        };
+        let claims = &evidence.claims;
+        let enrollment = &claims.enrollment;
+        let node_pk = *claims.node_public_key();
+        let mut node_ok = true;
+        if let Err(e) = self.verify_enrollment_signature(enrollment) {
+            node_ok = false;
+            let (v, code) = match e {
+                IdentityError::UnknownAuthority(_) => {
+                    (tier::UNRECOGNIZED, "enrollment-unknown-authority")
+                }
+                IdentityError::BadSignature => {
+                    (tier::CONTRAINDICATED, "enrollment-signature-invalid")
+                }
+                _ => (tier::CONTRAINDICATED, "enrollment-invalid"),
+            };
+            acc.fail(InstanceIdentity, v, code, e.to_string());
+        }
+        if self.config.revoked_nodes.contains(&node_pk) {
+            node_ok = false;
+            acc.fail(
+                InstanceIdentity,
+                tier::CONTRAINDICATED,
+                "node-revoked",
+                format!("node key {} is revoked", hex::encode(node_pk)),
+            );
+        }
+        if let Err(e) = enrollment.check_validity(now) {
+            node_ok = false;
+            let code = match e {
+                IdentityError::Expired { .. } => "enrollment-expired",
+                _ => "enrollment-not-yet-valid",
+            };
+            acc.fail(InstanceIdentity, tier::CONTRAINDICATED, code, e.to_string());
+        }
+
+        // Freshness: this evidence must answer this challenge, recently.
+        if &claims.eat_nonce != expected_nonce {
+            acc.fail(
+                InstanceIdentity,
+                tier::CONTRAINDICATED,
+                "nonce-mismatch",
+                format!(
+                    "evidence answers nonce {}, expected {}",
+                    hex::encode(claims.eat_nonce),
+                    hex::encode(expected_nonce)
+                ),
+            );
+        }
+        if let Err(e) = nonce_state {
+            let code = match e {
+                NonceError::Reused => "nonce-reused",
+                NonceError::Expired => "nonce-expired",
+                _ => "nonce-unknown",
+            };
+            acc.fail(InstanceIdentity, tier::CONTRAINDICATED, code, e.to_string());
+        }
+        if claims.iat > now.saturating_add(self.config.max_clock_skew) {
+            acc.fail(
+                InstanceIdentity,
+                tier::CONTRAINDICATED,
+                "evidence-from-future",
+                format!("issued at {}, now {}", claims.iat, now),
+            );
+        } else if now.saturating_sub(claims.iat) > self.config.max_age {
+            acc.fail(
+                InstanceIdentity,
+                tier::CONTRAINDICATED,
+                "evidence-stale",
+                format!(
+                    "issued {}s ago, older than the allowed {}s",
+                    now - claims.iat,
+                    self.config.max_age
+                ),
+            );
+        }
+        acc.raise(InstanceIdentity, tier::AFFIRMING);
+
+        // Measurements.
+        for (name, expected) in &self.config.reference.image.measurements {
+            let claim = if is_configuration_measurement(name) {
+                Configuration
+            } else {
+                Executables
+            };
+            match claims.measurements.get(name) {
+                None => acc.fail(
+                    claim,
+                    tier::CONTRAINDICATED,
+                    "measurement-missing",
+                    format!("{name}: not in evidence"),
+                ),
+                Some(got) if got != expected => acc.fail(
+                    claim,
+                    tier::CONTRAINDICATED,
+                    "measurement-mismatch",
+                    format!(
+                        "{name}: {} != reference {}",
+                        hex::encode(got),
+                        hex::encode(expected)
+                    ),
+                ),
+                Some(_) => acc.raise(claim, tier::AFFIRMING),
+            }
+        }
+
+        // GPUs.
+        if claims.submods.len() < self.config.min_gpus {
+            acc.fail(
+                Hardware,
+                tier::CONTRAINDICATED,
+                "gpu-missing",
+                format!(
+                    "{} GPU(s) in evidence, {} required",
+                    claims.submods.len(),
+                    self.config.min_gpus
+                ),
+            );
+        }
+        for gpu in &claims.submods {
+            self.appraise_gpu(gpu, expected_nonce, &node_pk, now, acc);
+        }
+
+        node_ok.then(|| NodeIdentity {
+            ueid: identity::ueid(&node_pk).to_vec(),
+            node_public_key: node_pk,
+            node_name: enrollment.claims.node_name.clone(),
+            jurisdiction: enrollment.claims.jurisdiction.clone(),
+            facility: enrollment.claims.facility.clone(),
+        })
+    }
+
+    fn appraise_gpu(
+        &self,
+        gpu: &GpuClaims,
+        expected_nonce: &[u8; 32],
+        node_pk: &[u8; 32],
+        now: u64,
+        acc: &mut Acc,
+    ) {
+        use Claim::Hardware;
+        let uuid = &gpu.uuid;
+        let Some(report) = &gpu.report else {
+            if self.config.require_gpu_reports {
+                acc.fail(
+                    Hardware,
+                    tier::CONTRAINDICATED,
+                    "gpu-report-missing",
+                    format!("{uuid}: no attestation report"),
+                );
+            } else {
+                acc.fail(
+                    Hardware,
+                    tier::WARNING,
+                    "gpu-not-attestable",
+                    format!("{uuid}: no attestation report"),
+                );
+            }
+            return;
+        };
+        let nonce = gpu_nonce(expected_nonce, uuid, node_pk);
+        let result = SpdmReport::parse(&report.spdm)
+            .map_err(GpuReportError::Malformed)
+            .and_then(|parsed| {
+                let chain = self.verify_gpu_chain(&report.cert_chain, now)?;
+                verify_report_with_chain(parsed, &chain, &nonce)
+            });
+        let parsed = match result {
+            Ok(r) => r,
+            Err(e) => {
+                let (v, code) = match &e {
+                    GpuReportError::Malformed(_) => (tier::CONTRAINDICATED, "gpu-report-malformed"),
+                    GpuReportError::Chain(ChainError::UntrustedRoot) => {
+                        (tier::UNRECOGNIZED, "gpu-root-untrusted")
+                    }
+                    GpuReportError::Chain(_) => (tier::CONTRAINDICATED, "gpu-chain-invalid"),
+                    GpuReportError::Signature(_) => {
+                        (tier::CONTRAINDICATED, "gpu-report-signature-invalid")
+                    }
+                    GpuReportError::FwidMismatch => (tier::CONTRAINDICATED, "gpu-fwid-mismatch"),
+                    GpuReportError::NonceMismatch { .. } => {
+                        (tier::CONTRAINDICATED, "gpu-nonce-mismatch")
+                    }
+                };
+                acc.fail(Hardware, v, code, format!("{uuid}: {e}"));
+                return;
+            }
+        };
+        let driver = parsed.opaque.driver_version();
+        let vbios = parsed.opaque.vbios_version();
+        if driver.as_deref() != Some(gpu.driver_version.as_str()) {
+            acc.fail(
+                Hardware,
+                tier::CONTRAINDICATED,
+                "gpu-claims-inconsistent",
+                format!(
+                    "{uuid}: claimed driver {:?}, signed report says {:?}",
+                    gpu.driver_version, driver
+                ),
+            );
+        }
+        if !vbios
+            .as_deref()
+            .is_some_and(|v| v.eq_ignore_ascii_case(&gpu.vbios_version))
+        {
+            acc.fail(
+                Hardware,
+                tier::CONTRAINDICATED,
+                "gpu-claims-inconsistent",
+                format!(
+                    "{uuid}: claimed VBIOS {:?}, signed report says {:?}",
+                    gpu.vbios_version, vbios
+                ),
+            );
+        }
+        let mut rim_problem = false;
+        for (kind, version) in [("VBIOS", vbios), ("driver", driver)] {
+            let Some(version) = version else { continue };
+            let rims: Vec<&Rim> = self
+                .config
+                .reference
+                .gpu_rims
+                .iter()
+                .filter(|r| r.colloquial_version.eq_ignore_ascii_case(&version))
+                .collect();
+            if rims.is_empty() {
+                rim_problem = true;
+                acc.fail(
+                    Hardware,
+                    tier::WARNING,
+                    "gpu-rim-unavailable",
+                    format!("{uuid}: no {kind} RIM for version {version}"),
+                );
+            }
+            for rim in rims {
+                let cmp = rim.compare(&parsed);
+                if !cmp.is_match() {
+                    rim_problem = true;
+                    acc.fail(
+                        Hardware,
+                        tier::CONTRAINDICATED,
+                        "gpu-measurement-mismatch",
+                        format!(
+                            "{uuid}: {kind} RIM {} ({version}): indices {:?} differ, {:?} missing",
+                            rim.tag_id, cmp.mismatched, cmp.missing
+                        ),
+                    );
+                }
+            }
+        }
+        if !rim_problem {
+            acc.raise(Hardware, tier::AFFIRMING);
+        }
+    }
+}
