@@ -11,6 +11,14 @@
 //! * [`note`] — C2SP signed notes with Ed25519 keys (golang.org/x/mod/sumdb/note compatible).
 //! * [`checkpoint`] — C2SP tlog checkpoints: the log's signed tree heads.
 //! * [`receipt`] — C2SP tlog proofs: a record's inclusion proof with its signed checkpoint.
+//! * [`identity`] — the node's Ed25519 identity and its enrollment certificate, the only source
+//!   of a node's jurisdiction claim.
+//! * [`evidence`] — signed EAT-shaped evidence over a verifier nonce, with one submodule per GPU
+//!   and GPU nonces derived from the challenge; [`canonical`] is its deterministic encoding.
+//! * [`nvidia`] — NVIDIA SPDM attestation reports and their certificate chains; [`rim`] the
+//!   reference integrity manifests with golden measurements.
+//! * [`manifest`] — signed image manifests (reference measurements of the host image).
+//! * [`verifier`] — appraisal of evidence into signed EAR-style results ([`ear`]).
 #![forbid(unsafe_code)]
 
 pub mod canonical;
