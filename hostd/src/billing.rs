@@ -100,40 +100,22 @@ pub fn usage_records(leaves: &[Vec<u8>]) -> Result<Vec<UsageRecord>, String> {
     for (i, leaf) in leaves.iter().enumerate() {
         match serde_json::from_slice::<Record>(leaf) {
             Ok(Record::Usage(u)) => out.push(u),
+            Ok(Record::Attestation(_) | Record::GpuEvent(_)) => {}
             Err(e) => return Err(format!("record {i} is not a valid record: {e}")),
         }
     }
     Ok(out)
 }
 
-/// `₹10,000.00`, with Indian digit grouping (`₹1,00,000.00`).
+/// `₹10,000.00`, with Indian digit grouping (`₹1,00,000.00`); one implementation shared
+/// with the auditor's summary.
 pub fn format_inr(paise: u64) -> String {
-    let rupees = (paise / 100).to_string();
-    let mut grouped = String::new();
-    let len = rupees.len();
-    for (i, ch) in rupees.chars().enumerate() {
-        let left = len - i;
-        grouped.push(ch);
-        if left > 1 && (left == 4 || (left > 4 && (left - 4) % 2 == 1)) {
-            grouped.push(',');
-        }
-    }
-    format!("₹{grouped}.{:02}", paise % 100)
+    crate::audit::format_inr(u128::from(paise))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn formats_rupees_with_indian_grouping() {
-        assert_eq!(format_inr(0), "₹0.00");
-        assert_eq!(format_inr(99_999), "₹999.99");
-        assert_eq!(format_inr(100_000), "₹1,000.00");
-        assert_eq!(format_inr(1_000_000), "₹10,000.00");
-        assert_eq!(format_inr(10_000_000), "₹1,00,000.00");
-        assert_eq!(format_inr(123_456_789_00), "₹12,34,56,789.00");
-    }
 
     fn rec(id: u64, tenant: &str, start_h: i64) -> UsageRecord {
         UsageRecord {
@@ -155,6 +137,7 @@ mod tests {
             amount_paise: 25_000,
             policy_digest: String::new(),
             prev: None,
+            attestation: None,
         }
     }
 
