@@ -327,9 +327,11 @@ impl Client {
         content_type: Option<&str>,
         body: Vec<u8>,
     ) -> Result<(u16, Vec<u8>), ClientError> {
-        let method =
-            Method::from_bytes(method.as_bytes()).map_err(|_| ClientError::BadPath(path.to_owned()))?;
-        let response = self.send_typed(method, path, Some(body), content_type).await?;
+        let method = Method::from_bytes(method.as_bytes())
+            .map_err(|_| ClientError::BadPath(path.to_owned()))?;
+        let response = self
+            .send_typed(method, path, Some(body), content_type)
+            .await?;
         let status = response.status().as_u16();
         let body = self.collect(response.into_body(), MAX_BYTES).await?;
         Ok((status, body))

@@ -40,7 +40,8 @@ pub async fn enforce(State(limit): State<usize>, req: Request, next: Next) -> Re
     match declared {
         Some(len) if len > limit as u64 => {
             let _ = tokio::time::timeout(Duration::from_secs(10), drain(req.into_body())).await;
-            let msg = format!("request body of {len} bytes exceeds this node's limit of {limit} bytes");
+            let msg =
+                format!("request body of {len} bytes exceeds this node's limit of {limit} bytes");
             (
                 StatusCode::PAYLOAD_TOO_LARGE,
                 Json(serde_json::json!({ "error": msg })),

@@ -44,6 +44,7 @@ pub struct DevNode {
     child: Option<Child>,
     _tmp: Option<tempfile::TempDir>,
     log: PathBuf,
+    notify: PathBuf,
 }
 
 impl DevNode {
@@ -57,6 +58,7 @@ impl DevNode {
             args: extra.iter().map(|s| s.to_string()).collect(),
             child: None,
             log: tmp.path().join("hostd.log"),
+            notify: tmp.path().join("notify.sock"),
             _tmp: Some(tmp),
         };
         n.spawn();
@@ -70,6 +72,12 @@ impl DevNode {
             .append(true)
             .open(&self.log)
             .expect("log file");
+        // Stand in for systemd: hostd must report READY=1 on NOTIFY_SOCKET once it serves.
+        let _ = std::fs::remove_file(&self.notify);
+        let notify = std::os::unix::net::UnixDatagram::bind(&self.notify).expect("notify socket");
+        notify
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .expect("socket timeout");
         let child = Command::new(bin("hostd"))
             .arg("dev")
             .arg("--dir")
@@ -78,12 +86,19 @@ impl DevNode {
             .arg(format!("127.0.0.1:{}", self.port))
             .args(&self.args)
             .env("HOSTD_LOG", "info")
+            .env("NOTIFY_SOCKET", &self.notify)
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .expect("spawn hostd");
         self.child = Some(child);
         self.wait_ready();
+        let mut buf = [0u8; 256];
+        let n = notify
+            .recv(&mut buf)
+            .expect("hostd sent no sd_notify message");
+        let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
+        assert!(msg.contains("READY=1"), "sd_notify said {msg:?}");
     }
 
     fn wait_ready(&mut self) {
@@ -112,6 +127,11 @@ impl DevNode {
             );
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// Process id of the running daemon.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
     }
 
     pub fn log_text(&self) -> String {

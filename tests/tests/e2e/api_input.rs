@@ -2,12 +2,15 @@
 
 use e2e::DevNode;
 
+/// (path, content type, body, expected status, text the message must contain)
+type Case<'a> = (&'a str, Option<&'a str>, Vec<u8>, u16, &'a str);
+
 #[test]
 fn malformed_oversized_and_unknown_input_is_refused_clearly() {
     let node = DevNode::start(&[]);
     node.rt().block_on(async {
         let op = node.client("operator").await.unwrap();
-        let cases: Vec<(&str, Option<&str>, Vec<u8>, u16, &str)> = vec![
+        let cases: Vec<Case> = vec![
             (
                 "/v1/tenants",
                 Some("application/json"),
@@ -52,7 +55,7 @@ fn malformed_oversized_and_unknown_input_is_refused_clearly() {
                 )
                 .into_bytes(),
                 413,
-                "",
+                "exceeds this node's limit of 65536 bytes",
             ),
             (
                 "/v1/tenants",

@@ -51,6 +51,7 @@ fn every_endpoint_with_every_role() {
         let lease_a = format!("/v1/leases/{l1}");
         let usage_a = format!("/v1/usage/{rec}");
         let receipt_a = format!("/v1/usage/{rec}/receipt");
+        let attest_body = format!(r#"{{"nonce":"{}"}}"#, "ab".repeat(32));
         let new_tenant = r#"{"id":"t-new","name":"New","jurisdiction":"IN"}"#;
         let lease_for_a = r#"{"tenant":"hyd-speech","gpus":1,"model":"H100"}"#;
         let lease_for_b = r#"{"tenant":"eu-bio","gpus":1,"model":"H100"}"#;
@@ -66,6 +67,16 @@ fn every_endpoint_with_every_role() {
                 [200, 403, 403, 403],
             ),
             (Req::Get("/v1/gpus"), [200, 200, 403, 403]),
+            // Tenant A holds a live lease here, tenant B (at this point) does not.
+            (
+                Req::Post("/v1/attestation", &attest_body),
+                [200, 200, 200, 403],
+            ),
+            (
+                Req::Post("/v1/attestation/results", "{}"),
+                [400, 403, 403, 403],
+            ),
+            (Req::Get("/v1/attestation/latest"), [404, 404, 403, 403]),
             (Req::Post("/v1/leases", lease_for_a), [201, 403, 201, 403]),
             (Req::Post("/v1/leases", lease_for_b), [201, 403, 403, 201]),
             (Req::Get("/v1/leases"), [200, 200, 200, 200]),
