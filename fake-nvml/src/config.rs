@@ -35,8 +35,10 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-/// Confidential-computing mode of the simulated system (`NVML_SIM_CC`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Confidential-computing mode of the simulated system (`NVML_SIM_CC`, or `"cc"` in the
+/// control file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum CcMode {
     Off,
     On,
@@ -236,6 +238,10 @@ pub struct Control {
     /// Explicit compute processes (PIDs); without them a loaded GPU shows one synthetic process.
     #[serde(default)]
     pub processes: BTreeMap<String, Vec<u32>>,
+    /// Confidential-computing mode from now on (`off`, `on`, `devtools`), as if the operator
+    /// toggled it and reset the GPUs; absent: the mode `NVML_SIM_CC` set.
+    #[serde(default)]
+    pub cc: Option<CcMode>,
 }
 
 impl Control {

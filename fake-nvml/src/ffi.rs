@@ -154,7 +154,7 @@ pub struct nvmlConfComputeMemSizeInfo_t {
     pub unprotectedMemSizeKib: c_ulonglong,
 }
 
-/// Only its address is used until the simulated GPUs can produce SPDM evidence.
+/// `nvmlConfComputeGpuAttestationReport_t`: the caller sets `nonce`.
 #[repr(C)]
 pub struct nvmlConfComputeGpuAttestationReport_t {
     pub isCecAttestationReportPresent: c_uint,
@@ -165,7 +165,7 @@ pub struct nvmlConfComputeGpuAttestationReport_t {
     pub cecAttestationReport: [u8; 4096],
 }
 
-/// Only its address is used until the simulated GPUs have a certificate chain.
+/// `nvmlConfComputeGpuCertificate_t`: PEM chains.
 #[repr(C)]
 pub struct nvmlConfComputeGpuCertificate_t {
     pub certChainSize: c_uint,
@@ -323,6 +323,21 @@ fn init() -> Ret {
     })?;
     let now = config.clock.virtual_ms(real_now_ms());
     let keep = matches!(&g.sim, Some(s) if *s.config() == config);
+    if let Some(path) = std::env::var_os("NVML_SIM_ATTEST_ROOT_OUT").filter(|p| !p.is_empty()) {
+        // Tests and dev mode configure this bundle as their NVIDIA root; failing to write it
+        // must not take the GPUs down, so it is reported and initialisation goes on.
+        match crate::attestation::root_bundle_pem(&config) {
+            Ok(pem) => {
+                if let Err(e) = std::fs::write(&path, pem) {
+                    eprintln!(
+                        "nvml-sim: cannot write NVML_SIM_ATTEST_ROOT_OUT {}: {e}",
+                        std::path::Path::new(&path).display()
+                    );
+                }
+            }
+            Err(e) => eprintln!("nvml-sim: building the attestation roots: {e}"),
+        }
+    }
     if !keep {
         g.sim = Some(Simulation::new(config, now));
         g.control = ControlWatcher::new();
@@ -947,11 +962,10 @@ pub unsafe extern "C" fn nvmlDeviceGetComputeRunningProcesses_v3(
 
 // ---- confidential computing ----
 //
-// System-wide CC state follows NVML_SIM_CC. Attestation (an SPDM report over the caller's
-// nonce, signed with the GPU's device key, and the matching certificate chain) belongs in
-// `nvmlDeviceGetConfComputeGpuAttestationReport` / `...GpuCertificate` below, backed by a
-// device key in the simulation model; until then the simulated GPUs answer "not supported",
-// as a GPU without CC firmware does.
+// System-wide CC state follows NVML_SIM_CC (or the control file's "cc"). Attestation (an SPDM
+// report over the caller's nonce, signed with the GPU's simulated device key, and the matching
+// certificate chain) is answered by CC-capable GPUs while CC is on; others answer "not
+// supported", as a GPU without CC firmware does (see `crate::attestation`).
 
 fn cc_state(s: &Simulation) -> (c_uint, c_uint, c_uint) {
     match s.cc_mode() {
@@ -1087,30 +1101,58 @@ pub unsafe extern "C" fn nvmlDeviceGetConfComputeMemSizeInfo(
     })
 }
 
+/// Copies `bytes` into a fixed NVML buffer, or fails with `INSUFFICIENT_SIZE`.
+fn fill(buf: &mut [u8], bytes: &[u8]) -> Result<c_uint, nvmlReturn_t> {
+    let dst = buf
+        .get_mut(..bytes.len())
+        .ok_or(NVML_ERROR_INSUFFICIENT_SIZE)?;
+    dst.copy_from_slice(bytes);
+    c_uint::try_from(bytes.len()).map_err(|_| NVML_ERROR_INSUFFICIENT_SIZE)
+}
+
+/// The SPDM report over the caller's `nonce` (set in the struct), as the real library
+/// returns it: `request || response` in `attestationReport`. No CEC report is simulated.
 #[no_mangle]
-pub extern "C" fn nvmlDeviceGetConfComputeGpuAttestationReport(
+pub unsafe extern "C" fn nvmlDeviceGetConfComputeGpuAttestationReport(
     device: nvmlDevice_t,
     report: *mut nvmlConfComputeGpuAttestationReport_t,
 ) -> nvmlReturn_t {
     guard(|| {
-        if report.is_null() {
+        if report.is_null() || !report.is_aligned() {
             return Err(NVML_ERROR_INVALID_ARGUMENT);
         }
-        on_device(device, |s, i| s.healthy(i).map(|_| ()))?;
-        Err(NVML_ERROR_NOT_SUPPORTED)
+        // SAFETY: non-null, aligned; NVML contract: one nvmlConfComputeGpuAttestationReport_t.
+        let out = unsafe { &mut *report };
+        let nonce = out.nonce;
+        // Sign outside the simulation lock: GPUs attest concurrently, as real ones do.
+        let signer = on_device(device, |s, i| s.attestation_signer(i))?;
+        let bytes = signer.sign(nonce).map_err(code)?;
+        out.attestationReportSize = fill(&mut out.attestationReport, &bytes)?;
+        out.isCecAttestationReportPresent = 0;
+        out.cecAttestationReportSize = 0;
+        Ok(())
     })
 }
 
+/// The device's certificates in PEM, leaf first: `attestationCertChain` is the chain that
+/// signs attestation reports (leaf, ICA, root); `certChain` the device identity chain
+/// (ICA, root).
 #[no_mangle]
-pub extern "C" fn nvmlDeviceGetConfComputeGpuCertificate(
+pub unsafe extern "C" fn nvmlDeviceGetConfComputeGpuCertificate(
     device: nvmlDevice_t,
     certificate: *mut nvmlConfComputeGpuCertificate_t,
 ) -> nvmlReturn_t {
     guard(|| {
-        if certificate.is_null() {
+        if certificate.is_null() || !certificate.is_aligned() {
             return Err(NVML_ERROR_INVALID_ARGUMENT);
         }
-        on_device(device, |s, i| s.healthy(i).map(|_| ()))?;
-        Err(NVML_ERROR_NOT_SUPPORTED)
+        let chain = on_device(device, |s, i| s.attestation_chain(i))?;
+        let attestation = crate::attestation::chain_pem(&chain);
+        let identity = crate::attestation::chain_pem(chain.get(1..).unwrap_or(&[]));
+        // SAFETY: non-null, aligned; NVML contract: one nvmlConfComputeGpuCertificate_t.
+        let out = unsafe { &mut *certificate };
+        out.attestationCertChainSize = fill(&mut out.attestationCertChain, attestation.as_bytes())?;
+        out.certChainSize = fill(&mut out.certChain, identity.as_bytes())?;
+        Ok(())
     })
 }

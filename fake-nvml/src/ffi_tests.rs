@@ -293,7 +293,8 @@ fn temperature_sensor_is_checked() {
 }
 
 #[test]
-fn attestation_is_not_supported_yet() {
+fn attestation_needs_cc_on() {
+    // The test environment runs with CC off (the CC-on path is tested in `attestation`).
     let _s = Session::open();
     let d = first_device();
     let mut report = Box::new(nvmlConfComputeGpuAttestationReport_t {
@@ -304,12 +305,18 @@ fn attestation_is_not_supported_yet() {
         attestationReport: [0; 8192],
         cecAttestationReport: [0; 4096],
     });
-    assert_eq!(
-        nvmlDeviceGetConfComputeGpuAttestationReport(d, &mut *report),
-        NVML_ERROR_NOT_SUPPORTED
-    );
-    assert_eq!(
-        nvmlDeviceGetConfComputeGpuAttestationReport(d, ptr::null_mut()),
-        NVML_ERROR_INVALID_ARGUMENT
-    );
+    unsafe {
+        assert_eq!(
+            nvmlDeviceGetConfComputeGpuAttestationReport(d, &mut *report),
+            NVML_ERROR_NOT_SUPPORTED
+        );
+        assert_eq!(
+            nvmlDeviceGetConfComputeGpuAttestationReport(d, ptr::null_mut()),
+            NVML_ERROR_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            nvmlDeviceGetConfComputeGpuCertificate(d, ptr::null_mut()),
+            NVML_ERROR_INVALID_ARGUMENT
+        );
+    }
 }

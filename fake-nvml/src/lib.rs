@@ -9,12 +9,14 @@
 //!
 //! Configuration is read from environment variables at `nvmlInit` (see
 //! `docs/gpu-simulation.md`): `NVML_SIM_GPUS`, `NVML_SIM_SEED`, `NVML_SIM_DRIVER`,
-//! `NVML_SIM_CLOCK`, `NVML_SIM_CC` and `NVML_SIM_CONTROL` (a JSON file re-read whenever it
-//! changes, for load and fault injection).
+//! `NVML_SIM_CLOCK`, `NVML_SIM_CC`, `NVML_SIM_ATTEST_ROOT_OUT` and `NVML_SIM_CONTROL` (a JSON
+//! file re-read whenever it changes, for load, fault and CC-mode injection). CC-capable GPUs
+//! with CC on sign SPDM attestation reports ([`attestation`]).
 //!
 //! Layout: [`model`] (GPU products), [`config`] (environment and control file), [`sim`] (the
 //! safe, deterministic simulation) and [`ffi`] (the C ABI shell, the only `unsafe` code).
 
+pub mod attestation;
 pub mod config;
 pub mod ffi;
 pub mod model;

@@ -77,6 +77,10 @@ pub struct Simulation {
     /// Virtual time up to which energy has been integrated, in Unix ms.
     now_ms: i64,
     cc_gpus_ready: bool,
+    /// CC mode set through the control file, overriding `NVML_SIM_CC`.
+    cc_override: Option<CcMode>,
+    /// Attestation identities, built on first use (P-384 key derivation is not free).
+    attesters: Vec<Option<std::sync::Arc<attest::nvidia::sim::SimGpu>>>,
 }
 
 fn digest(seed: &str, what: &str, index: u32) -> [u8; 32] {
@@ -194,17 +198,20 @@ impl Device {
 impl Simulation {
     /// A node as `config` describes it, with energy integrated from `now_ms` (virtual) on.
     pub fn new(config: SimConfig, now_ms: i64) -> Simulation {
-        let devices = config
+        let devices: Vec<Device> = config
             .gpus
             .iter()
             .enumerate()
             .map(|(i, m)| Device::new(&config, i as u32, m))
             .collect();
+        let attesters = vec![None; devices.len()];
         Simulation {
             config,
             devices,
             now_ms,
             cc_gpus_ready: false,
+            cc_override: None,
+            attesters,
         }
     }
 
@@ -259,7 +266,20 @@ impl Simulation {
         for (k, p) in &control.processes {
             procs[self.resolve(k)?] = Some(p.clone());
         }
+        if control.cc.is_some_and(|c| c != CcMode::Off) {
+            if let Some(d) = self.devices.iter().find(|d| !d.model.cc_capable) {
+                return Err(ConfigError(format!(
+                    "control file: confidential computing cannot be on with a {} in the fleet",
+                    d.model.name
+                )));
+            }
+        }
         self.advance_to(virtual_ms);
+        if self.cc_override != control.cc {
+            // Toggling CC mode needs a GPU reset: the CC ready state starts over.
+            self.cc_gpus_ready = false;
+        }
+        self.cc_override = control.cc;
         for (((d, l), f), p) in self.devices.iter_mut().zip(load).zip(faults).zip(procs) {
             d.load_pct = l;
             d.fault = f;
@@ -347,7 +367,7 @@ impl Simulation {
     }
 
     pub fn cc_mode(&self) -> CcMode {
-        self.config.cc
+        self.cc_override.unwrap_or(self.config.cc)
     }
 
     /// Whether every GPU supports confidential computing (NVML's system-wide capability).
@@ -361,7 +381,7 @@ impl Simulation {
 
     /// Sets the "accepting client requests" state; only meaningful with CC on.
     pub fn set_cc_gpus_ready(&mut self, ready: bool) -> Result<(), SimError> {
-        if self.config.cc == CcMode::Off {
+        if self.cc_mode() == CcMode::Off {
             return Err(SimError::NotSupported);
         }
         self.cc_gpus_ready = ready;
@@ -371,12 +391,75 @@ impl Simulation {
     /// CC protected / unprotected memory in KiB; only CC-capable boards with CC on have it.
     pub fn cc_mem_size_kib(&self, index: u32) -> Result<(u64, u64), SimError> {
         let d = self.healthy(index)?;
-        if self.config.cc == CcMode::Off || !d.model.cc_capable {
+        if self.cc_mode() == CcMode::Off || !d.model.cc_capable {
             return Err(SimError::NotSupported);
         }
         let total_kib = d.model.memory_total_bytes() / 1024;
         let unprotected = 256 * 1024;
         Ok((total_kib - unprotected, unprotected))
+    }
+
+    /// The attestation identity of a healthy CC-capable device with CC on; anything else
+    /// answers "not supported", as a GPU without CC firmware (or with CC off) does.
+    fn attester(
+        &mut self,
+        index: u32,
+    ) -> Result<std::sync::Arc<attest::nvidia::sim::SimGpu>, SimError> {
+        let d = self.healthy(index)?;
+        if self.cc_mode() == CcMode::Off || !d.model.cc_capable {
+            return Err(SimError::NotSupported);
+        }
+        let slot = self
+            .attesters
+            .get_mut(index as usize)
+            .ok_or(SimError::NotFound)?;
+        if let Some(a) = slot {
+            return Ok(a.clone());
+        }
+        let gpu =
+            crate::attestation::sim_gpu(&self.config.seed, index).map_err(|_| SimError::Unknown)?;
+        let gpu = std::sync::Arc::new(gpu);
+        *slot = Some(gpu.clone());
+        Ok(gpu)
+    }
+
+    /// What signing device `index`'s reports takes: its identity, VBIOS and driver version.
+    /// Signing itself needs no simulation state, so callers can sign outside any lock and
+    /// several GPUs can sign at once, as real ones do.
+    pub fn attestation_signer(&mut self, index: u32) -> Result<ReportSigner, SimError> {
+        let gpu = self.attester(index)?;
+        let d = self.device(index)?;
+        Ok(ReportSigner {
+            gpu,
+            vbios: d.model.vbios,
+            driver: self.config.driver_version.clone(),
+        })
+    }
+
+    /// The SPDM `request || response` of device `index` over `nonce`, signed by its leaf key.
+    pub fn attestation_report(&mut self, index: u32, nonce: [u8; 32]) -> Result<Vec<u8>, SimError> {
+        self.attestation_signer(index)?.sign(nonce)
+    }
+
+    /// Device `index`'s attestation certificate chain (DER, leaf first, root last).
+    pub fn attestation_chain(&mut self, index: u32) -> Result<Vec<Vec<u8>>, SimError> {
+        Ok(self.attester(index)?.chain().to_vec())
+    }
+}
+
+/// Signs attestation reports for one device (see [`Simulation::attestation_signer`]).
+#[derive(Debug, Clone)]
+pub struct ReportSigner {
+    gpu: std::sync::Arc<attest::nvidia::sim::SimGpu>,
+    vbios: &'static str,
+    driver: String,
+}
+
+impl ReportSigner {
+    /// The SPDM `request || response` over `nonce`.
+    pub fn sign(&self, nonce: [u8; 32]) -> Result<Vec<u8>, SimError> {
+        crate::attestation::report(&self.gpu, nonce, self.vbios, &self.driver)
+            .map_err(|_| SimError::Unknown)
     }
 }
 

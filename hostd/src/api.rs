@@ -162,8 +162,15 @@ pub fn router(node: Arc<Node>) -> Router {
         .route("/v1/audit/vkey", get(vkey))
         .route("/v1/audit/records", get(records))
         .route("/v1/audit/consistency", get(consistency))
+        .route("/v1/attestation", post(attestation))
+        .route("/v1/attestation/results", post(attestation_result))
+        .route("/v1/attestation/latest", get(latest_attestation))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such endpoint") })
         .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn_with_state(
+            limit,
+            crate::limits::enforce,
+        ))
         .with_state(node)
 }
 
@@ -372,6 +379,11 @@ fn visible_record(
         .ok_or_else(|| NodeError::NotFound(format!("no record {id}")))?;
     let rec = match serde_json::from_slice::<Record>(&leaf) {
         Ok(Record::Usage(u)) => u,
+        Ok(Record::Attestation(_) | Record::GpuEvent(_)) => {
+            return Err(NodeError::NotFound(format!(
+                "record {id} is not a usage record"
+            )))
+        }
         Err(e) => {
             return Err(NodeError::Internal(format!(
                 "record {id} is undecodable: {e}"
@@ -529,4 +541,87 @@ async fn consistency(
     })
     .await?;
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], proof).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AttestationRequest {
+    /// The verifier's challenge: 32 bytes, 64 hex digits.
+    nonce: String,
+}
+
+/// Operators and auditors may attest the node; a tenant only while it holds an active lease
+/// here (it must be able to check the node it is about to trust with data).
+fn may_attest(node: &Node, p: &Principal) -> Result<bool, NodeError> {
+    Ok(match p.role {
+        Role::Operator | Role::Auditor => true,
+        Role::Tenant => node
+            .leases()?
+            .iter()
+            .any(|l| l.tenant == p.name && l.state == crate::lease::LeaseState::Active),
+    })
+}
+
+/// `POST /v1/attestation {"nonce": HEX}` → fresh signed evidence over that nonce.
+async fn attestation(
+    State(node): State<Arc<Node>>,
+    Extension(p): Extension<Principal>,
+    body: Result<Json<AttestationRequest>, JsonRejection>,
+) -> ApiResult<Json<Value>> {
+    let Json(req) = body?;
+    let mut nonce = [0u8; 32];
+    if req.nonce.len() != 64 || hex::decode_to_slice(&req.nonce, &mut nonce).is_err() {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "nonce must be 32 bytes as 64 hex digits",
+        ));
+    }
+    let who = p.clone();
+    let allowed = blocking(&node, move |n| may_attest(n, &who)).await?;
+    if !allowed {
+        return Err(ApiError::forbidden(
+            &p,
+            "attest this node without an active lease on it",
+        ));
+    }
+    let collected = blocking(&node, move |n| n.attest(nonce)).await?;
+    tracing::info!(principal = %p.spiffe_uri(), "attestation evidence issued");
+    Ok(Json(json!({
+        "evidence": String::from_utf8_lossy(&collected.evidence),
+        "measurement_notes": collected.notes,
+    })))
+}
+
+/// `POST /v1/attestation/results` with a signed attestation result (canonical JSON) from
+/// the control plane's verifier: verified and appended to the ledger (operators only).
+async fn attestation_result(
+    State(node): State<Arc<Node>>,
+    Extension(p): Extension<Principal>,
+    body: axum::body::Bytes,
+) -> ApiResult<(StatusCode, Json<Value>)> {
+    Access(&p).operator("deliver attestation results")?;
+    let rec = blocking(&node, move |n| n.receive_attestation_result(&body)).await?;
+    Ok((StatusCode::CREATED, Json(json!(rec))))
+}
+
+/// `GET /v1/attestation/latest`: the attestation record in force (readers).
+async fn latest_attestation(
+    State(node): State<Arc<Node>>,
+    Extension(p): Extension<Principal>,
+) -> ApiResult<Json<Value>> {
+    Access(&p).reader("read the node's attestation record")?;
+    let latest = blocking(&node, |n| {
+        let Some((id, _)) = n.latest_attestation() else {
+            return Err(NodeError::NotFound(
+                "no attestation result has been delivered to this node".into(),
+            ));
+        };
+        let leaf = n
+            .with_ledger(|l| l.record(id))
+            .map_err(|e| NodeError::Internal(e.to_string()))?
+            .ok_or_else(|| NodeError::Internal(format!("record {id} is missing")))?;
+        serde_json::from_slice::<Value>(&leaf).map_err(|e| NodeError::Internal(e.to_string()))
+    })
+    .await?;
+    Ok(Json(latest))
 }

@@ -388,7 +388,7 @@ pub fn export_state(
     }
     // A hostd that just stopped may hold the lock for a moment while sled's background
     // threads finish; a running one holds it for good.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     let db = loop {
         match sled::Config::new().path(&db_path).open() {
             Ok(db) => break db,

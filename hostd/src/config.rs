@@ -43,6 +43,12 @@ pub struct Config {
     pub rates: BTreeMap<String, Rupees>,
     #[serde(default)]
     pub policy: PolicyConfig,
+    #[serde(default)]
+    pub attestation: AttestationConfig,
+    /// The file this configuration was read from (measured into attestation evidence as
+    /// `hostd.config`); not a key of the file.
+    #[serde(skip)]
+    pub source: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -135,6 +141,35 @@ pub struct PolicyConfig {
     pub authority: Option<PathBuf>,
 }
 
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AttestationConfig {
+    /// Enrollment certificate (canonical JSON, see docs/attestation.md §2) that the operator's
+    /// enrollment authority issued for this node's identity key (`<state>/node.pub`). Without
+    /// one, `POST /v1/attestation` answers 503. Default: none.
+    pub enrollment_certificate: Option<PathBuf>,
+    /// Verifier keys (Ed25519 public keys, 64 hex digits) whose signed attestation results the
+    /// node accepts on `POST /v1/attestation/results` and appends to the ledger. Default:
+    /// none (results are refused).
+    pub verifier_keys: Vec<String>,
+}
+
+impl AttestationConfig {
+    /// The configured verifier keys, parsed (validated when the config is loaded).
+    pub fn verifier_keys(&self) -> Result<Vec<ed25519_dalek::VerifyingKey>, String> {
+        self.verifier_keys
+            .iter()
+            .map(|k| {
+                let mut b = [0u8; 32];
+                hex::decode_to_slice(k.trim(), &mut b)
+                    .map_err(|_| format!("`{k}` is not 64 hex digits"))?;
+                attest::identity::verifying_key(&b)
+                    .map_err(|e| format!("`{k}` is not a usable Ed25519 key: {e}"))
+            })
+            .collect()
+    }
+}
+
 /// An amount of rupees with at most two decimals, kept as integer paise.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rupees(pub u64);
@@ -209,7 +244,9 @@ impl Config {
             path: path.to_owned(),
             source,
         })?;
-        Self::from_toml(&text, path)
+        let mut cfg = Self::from_toml(&text, path)?;
+        cfg.source = Some(path.to_owned());
+        Ok(cfg)
     }
 
     /// Parses and validates config text; `path` is only used in messages and to resolve
@@ -243,6 +280,9 @@ impl Config {
             fix(p);
         }
         if let Some(p) = self.policy.authority.as_mut() {
+            fix(p);
+        }
+        if let Some(p) = self.attestation.enrollment_certificate.as_mut() {
             fix(p);
         }
     }
@@ -291,6 +331,9 @@ impl Config {
                 "policy.authority",
                 "a policy file needs the policy authority's key: the node runs signed policies only".into(),
             ));
+        }
+        if let Err(m) = self.attestation.verifier_keys() {
+            return Err(invalid("attestation.verifier_keys", m));
         }
         if self.api.max_body_bytes < 1024 || self.api.max_body_bytes > 16 * 1024 * 1024 {
             return Err(invalid(
@@ -349,6 +392,33 @@ L4 = 60
         assert!(Config::from_toml(&bad, Path::new("x.toml")).is_err());
         let bad = MIN.replace("hyd-node-01", "hyd node");
         assert!(Config::from_toml(&bad, Path::new("x.toml")).is_err());
+    }
+
+    #[test]
+    fn attestation_section() {
+        let c = Config::from_toml(MIN, Path::new("/etc/hostd/hostd.toml")).unwrap();
+        assert_eq!(c.attestation, AttestationConfig::default());
+        let key = hex::encode(
+            ed25519_dalek::SigningKey::from_bytes(&[7u8; 32])
+                .verifying_key()
+                .to_bytes(),
+        );
+        let text = format!(
+            "{MIN}\n[attestation]\nenrollment_certificate = \"enrollment.json\"\nverifier_keys = [\"{key}\"]\n"
+        );
+        let c = Config::from_toml(&text, Path::new("/etc/hostd/hostd.toml")).unwrap();
+        assert_eq!(
+            c.attestation.enrollment_certificate.as_deref(),
+            Some(Path::new("/etc/hostd/enrollment.json"))
+        );
+        assert_eq!(c.attestation.verifier_keys().unwrap().len(), 1);
+        for bad in ["\"abc\"", "\"zz\""] {
+            let text = format!("{MIN}\n[attestation]\nverifier_keys = [{bad}]\n");
+            let e = Config::from_toml(&text, Path::new("x.toml")).unwrap_err();
+            assert!(e.to_string().contains("attestation.verifier_keys"), "{e}");
+        }
+        let typo = format!("{MIN}\n[attestation]\nenrolment_certificate = \"x\"\n");
+        assert!(Config::from_toml(&typo, Path::new("x.toml")).is_err());
     }
 
     #[test]

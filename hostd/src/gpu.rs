@@ -45,6 +45,9 @@ pub enum GpuError {
     /// No GPU with this UUID on this node.
     #[error("no GPU {uuid} on this node")]
     NotFound { uuid: String },
+    /// The GPU answered an attestation query with something unusable.
+    #[error("GPU {uuid} returned an unusable attestation: {message}")]
+    BadAttestation { uuid: String, message: String },
     /// Any other NVML failure, with the operation that failed.
     #[error("NVML {op} failed{}: {source}", uuid.as_deref().map(|u| format!(" on GPU {u}")).unwrap_or_default())]
     Nvml {
@@ -364,6 +367,84 @@ impl Gpus {
             processes,
         })
     }
+}
+
+impl Gpus {
+    /// The GPU's confidential-computing attestation: the SPDM `request || response` it signed
+    /// over `nonce`, and its attestation certificate chain (DER, leaf first, as NVML lists
+    /// it; NVML hands out PEM). `None` when the GPU or driver cannot attest (no CC firmware, CC off, an old
+    /// driver): the caller reports the GPU without a report rather than failing.
+    pub fn attestation_report(
+        &self,
+        uuid: &str,
+        nonce: [u8; 32],
+    ) -> Result<Option<GpuAttestation>, GpuError> {
+        let dev = self.nvml.device_by_uuid(uuid).map_err(|e| match e {
+            NvmlError::NotFound | NvmlError::InvalidArg | NvmlError::NulError(_) => {
+                GpuError::NotFound { uuid: uuid.into() }
+            }
+            e => device_error(uuid, "device_by_uuid", e),
+        })?;
+        let report = match optional(dev.confidential_compute_gpu_attestation_report(nonce)) {
+            Ok(Some(r)) => r,
+            Ok(None) => return Ok(None),
+            Err(e) => return Err(device_error(uuid, "attestation_report", e)),
+        };
+        let certs = match optional(dev.confidential_compute_gpu_certificate()) {
+            Ok(Some(c)) => c,
+            Ok(None) => return Ok(None),
+            Err(e) => return Err(device_error(uuid, "attestation_certificate", e)),
+        };
+        let spdm = report
+            .attestation_report
+            .get(..report.attestation_report_size as usize)
+            .ok_or_else(|| GpuError::BadAttestation {
+                uuid: uuid.into(),
+                message: format!(
+                    "report size {} exceeds the buffer",
+                    report.attestation_report_size
+                ),
+            })?
+            .to_vec();
+        let pem = certs
+            .attestation_cert_chain
+            .get(..certs.attestation_cert_chain_size as usize)
+            .ok_or_else(|| GpuError::BadAttestation {
+                uuid: uuid.into(),
+                message: "certificate chain size exceeds the buffer".into(),
+            })?;
+        let chain = pem_certificates(pem).map_err(|message| GpuError::BadAttestation {
+            uuid: uuid.into(),
+            message,
+        })?;
+        Ok(Some(GpuAttestation {
+            spdm,
+            cert_chain: chain,
+        }))
+    }
+}
+
+/// A GPU's answer to an attestation challenge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuAttestation {
+    /// SPDM `GET_MEASUREMENTS` request ‖ signed response, as NVML returns it.
+    pub spdm: Vec<u8>,
+    /// The attestation certificate chain, DER, leaf first.
+    pub cert_chain: Vec<Vec<u8>>,
+}
+
+/// DER certificates from NVML's PEM chain (concatenated `CERTIFICATE` blocks).
+fn pem_certificates(pem: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+    let mut reader = std::io::BufReader::new(pem);
+    let mut out = Vec::new();
+    for item in rustls_pemfile::certs(&mut reader) {
+        let der = item.map_err(|e| format!("certificate chain is not PEM: {e}"))?;
+        out.push(der.as_ref().to_vec());
+    }
+    if out.is_empty() {
+        return Err("certificate chain holds no certificate".into());
+    }
+    Ok(out)
 }
 
 fn device_error(uuid: &str, op: &'static str, e: NvmlError) -> GpuError {

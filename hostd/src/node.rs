@@ -8,16 +8,21 @@
 //! appended — so a record is never lost and never written twice, and a GPU-hour is never
 //! billed twice.
 
+use crate::attestation::{unix_now, Attester, Collected};
 use crate::clock::{rfc3339_ms, Clock};
 use crate::config::Config;
 use crate::gpu::{GpuError, GpuInfo, Gpus};
 use crate::lease::{self, Candidate, Lease, LeaseState, LeasedGpu, NewLease};
 use crate::ledger::Ledger;
 use crate::meter::{Anomaly, Cursor, Reading, Usage};
-use crate::record::{amount_paise, Record, UsageRecord, RECORD_VERSION};
+use crate::record::{
+    amount_paise, AttestationRecord, GpuEventKind, GpuEventRecord, Record, UsageRecord,
+    RECORD_VERSION,
+};
 use crate::residency::{PlaceRequest, Residency};
 use crate::store::{JsonTree, Store, StoreError};
 use crate::tenant::{validate_id, NewTenant, Tenant, TenantStatus};
+use attest::ear::{AttestationResult, Status};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -85,6 +90,112 @@ pub struct Node {
     residency: Residency,
     write: Mutex<()>,
     pub stats: Stats,
+    attester: Attester,
+    /// The latest attestation record (id, verified result); the one usage records point at
+    /// and placements are checked against.
+    latest_attestation: Mutex<Option<(u64, AttestationResult)>>,
+}
+
+/// How far in the future an attestation result's `iat` may be (clock skew), seconds.
+const MAX_RESULT_SKEW_S: u64 = 300;
+
+/// Key (in the leases tree) of the id of the latest attestation record.
+const LATEST_ATTESTATION_KEY: &str = "attestation-latest";
+/// Key (in the leases tree) of the last GPU inventory snapshot the metering loop compared.
+const GPU_SNAPSHOT_KEY: &str = "gpu-snapshot";
+
+/// What the metering loop remembers of one GPU, to notice changes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct GpuState {
+    index: u32,
+    /// The last UUID the GPU answered with (kept while it does not answer).
+    uuid: String,
+    healthy: bool,
+    cc_mode: Option<bool>,
+    driver: String,
+}
+
+fn cc_text(c: Option<bool>) -> String {
+    match c {
+        Some(true) => "on",
+        Some(false) => "off",
+        None => "unknown",
+    }
+    .into()
+}
+
+/// A change seen in one GPU: what happened, to which GPU, state before and after.
+type GpuChange = (GpuEventKind, GpuState, Option<String>, Option<String>);
+
+/// GPU events between two snapshots (by NVML index), and the snapshot to remember next.
+fn gpu_changes(prev: &[GpuState], inventory: &[GpuInfo]) -> (Vec<GpuState>, Vec<GpuChange>) {
+    let mut next = Vec::new();
+    let mut events = Vec::new();
+    for g in inventory {
+        let old = prev.iter().find(|p| p.index == g.index);
+        let mut cur = GpuState {
+            index: g.index,
+            uuid: g.uuid.clone(),
+            healthy: g.is_healthy(),
+            cc_mode: g.cc_mode,
+            driver: g.driver_version.clone(),
+        };
+        if cur.uuid.is_empty() {
+            cur.uuid = old.map(|o| o.uuid.clone()).unwrap_or_default();
+        }
+        match old {
+            None => events.push((GpuEventKind::Appeared, cur.clone(), None, None)),
+            Some(o) if !g.uuid.is_empty() && !o.uuid.is_empty() && o.uuid != g.uuid => {
+                events.push((GpuEventKind::Disappeared, o.clone(), None, None));
+                events.push((GpuEventKind::Appeared, cur.clone(), None, None));
+            }
+            Some(o) => {
+                let state = |h: bool| Some(if h { "ok" } else { "not answering" }.to_string());
+                if o.healthy && !cur.healthy {
+                    events.push((GpuEventKind::Lost, cur.clone(), state(true), state(false)));
+                } else if !o.healthy && cur.healthy {
+                    events.push((
+                        GpuEventKind::Recovered,
+                        cur.clone(),
+                        state(false),
+                        state(true),
+                    ));
+                }
+                // An unhealthy snapshot keeps the last good facts, so a GPU that comes back
+                // in another CC mode or under another driver is reported too.
+                if cur.healthy {
+                    if o.cc_mode != cur.cc_mode {
+                        events.push((
+                            GpuEventKind::CcModeChanged,
+                            cur.clone(),
+                            Some(cc_text(o.cc_mode)),
+                            Some(cc_text(cur.cc_mode)),
+                        ));
+                    }
+                    if o.driver != cur.driver && !cur.driver.is_empty() && !o.driver.is_empty() {
+                        events.push((
+                            GpuEventKind::DriverChanged,
+                            cur.clone(),
+                            Some(o.driver.clone()),
+                            Some(cur.driver.clone()),
+                        ));
+                    }
+                }
+                if !cur.healthy {
+                    // Keep the last known good facts, so recovery compares against them.
+                    cur.cc_mode = o.cc_mode;
+                    cur.driver = o.driver.clone();
+                }
+            }
+        }
+        next.push(cur);
+    }
+    for o in prev {
+        if !inventory.iter().any(|g| g.index == o.index) {
+            events.push((GpuEventKind::Disappeared, o.clone(), None, None));
+        }
+    }
+    (next, events)
 }
 
 fn lease_key(id: &str) -> String {
@@ -115,6 +226,7 @@ impl Node {
         gpus: Gpus,
         residency: Residency,
     ) -> Result<Node, NodeError> {
+        let attester = Attester::open(&cfg).map_err(|e| internal("attestation", e))?;
         let node = Node {
             tenants: store.tree("tenants")?,
             leases: store.tree("leases")?,
@@ -126,8 +238,11 @@ impl Node {
             residency,
             write: Mutex::new(()),
             stats: Stats::default(),
+            attester,
+            latest_attestation: Mutex::new(None),
         };
         node.recover()?;
+        node.load_latest_attestation()?;
         Ok(node)
     }
 
@@ -246,6 +361,7 @@ impl Node {
                 amount_paise: amount_paise(gpu_ms, lease.rate_paise_per_hour),
                 policy_digest: lease.policy_digest.clone(),
                 prev,
+                attestation: lock(&self.latest_attestation).as_ref().map(|(id, _)| *id),
             });
             if let Some(c) = cursors.get_mut(&key) {
                 c.prev_record = Some(id);
@@ -378,6 +494,14 @@ impl Node {
                 req.model
             ))
         })?;
+        let (attestation, evidence_age_s) = self.attestation_for_policy();
+        let inventory = self.inventory()?;
+        // CC mode of the GPUs this request could get: all of the model's healthy ones.
+        let mut of_model = inventory
+            .iter()
+            .filter(|g| g.is_healthy() && g.model.eq_ignore_ascii_case(&req.model))
+            .peekable();
+        let cc_mode = of_model.peek().is_some() && of_model.all(|g| g.cc_mode == Some(true));
         let decision = self
             .residency
             .check_place(&PlaceRequest {
@@ -387,6 +511,9 @@ impl Node {
                 node_name: &self.cfg.node.name,
                 node_jurisdiction: &self.cfg.node.jurisdiction,
                 node_facility: &self.cfg.node.facility,
+                attestation,
+                evidence_age_s,
+                cc_mode,
             })
             .map_err(NodeError::BadRequest)?;
         if !decision.allowed {
@@ -396,7 +523,6 @@ impl Node {
                 reasons: decision.reasons,
             });
         }
-        let inventory = self.inventory()?;
         let candidates: Vec<Candidate> = inventory
             .iter()
             .filter(|g| g.is_healthy())
@@ -524,6 +650,9 @@ impl Node {
     pub fn meter_tick(&self) -> Result<usize, NodeError> {
         let _w = lock(&self.write);
         self.stats.ticks.fetch_add(1, Ordering::Relaxed);
+        if let Err(e) = self.watch_gpus() {
+            error!(error = %e, "recording GPU state changes failed");
+        }
         let leases: Vec<Lease> = self
             .leases()?
             .into_iter()
@@ -672,4 +801,364 @@ pub fn holder<'a>(leases: &'a [Lease], uuid: &str) -> Option<&'a Lease> {
     leases.iter().find(|l| {
         l.state == LeaseState::Active && l.gpus.iter().any(|g: &LeasedGpu| g.uuid == uuid)
     })
+}
+
+// ---- attestation ----
+
+impl Node {
+    pub fn attester(&self) -> &Attester {
+        &self.attester
+    }
+
+    /// Fresh evidence answering `nonce`: GPU reports over derived nonces, the active policy
+    /// digest and the ledger's latest checkpoint among the measurements.
+    pub fn attest(&self, nonce: [u8; 32]) -> Result<Collected, NodeError> {
+        use sha2::{Digest, Sha256};
+        if self.attester.enrollment().is_none() {
+            return Err(NodeError::Unavailable(format!(
+                "this node has no enrollment certificate, so it cannot attest; issue one for the node key in {} and set [attestation] enrollment_certificate",
+                self.cfg.state.dir.join(crate::attestation::NODE_PUB_FILE).display()
+            )));
+        }
+        let inventory = self.inventory()?;
+        let mut dynamic: Vec<(&str, [u8; 32])> = Vec::new();
+        if let Some(p) = self.residency.policy() {
+            dynamic.push(("policy", p.digest().0));
+        }
+        let checkpoint = self.with_ledger(|l| l.checkpoint_note().to_string());
+        dynamic.push((
+            "ledger.checkpoint",
+            Sha256::digest(checkpoint.as_bytes()).into(),
+        ));
+        self.attester
+            .collect(nonce, unix_now(), &self.gpus, &inventory, &dynamic)
+            .map_err(|e| internal("collecting evidence", e))
+    }
+
+    /// The latest attestation record in force: its id and the verified result.
+    pub fn latest_attestation(&self) -> Option<(u64, AttestationResult)> {
+        lock(&self.latest_attestation).clone()
+    }
+
+    /// Status and age (seconds) of the latest result, as the policy's node requirements see
+    /// them; no result (or one from the future) is `none`.
+    fn attestation_for_policy(&self) -> (policy::AttestationStatus, u64) {
+        use policy::AttestationStatus as P;
+        let Some((_, r)) = self.latest_attestation() else {
+            return (P::None, u64::MAX);
+        };
+        let now = unix_now();
+        if r.result.iat > now {
+            return (P::None, u64::MAX);
+        }
+        let status = match r.status() {
+            Status::Affirming => P::Affirming,
+            Status::Warning => P::Warning,
+            Status::Contraindicated => P::Contraindicated,
+            Status::None => P::None,
+        };
+        (status, now - r.result.iat)
+    }
+
+    fn load_latest_attestation(&self) -> Result<(), NodeError> {
+        let Some(id) = self.leases.get::<u64>(LATEST_ATTESTATION_KEY)? else {
+            return Ok(());
+        };
+        let leaf = self
+            .with_ledger(|l| l.record(id))
+            .map_err(|e| internal("reading the latest attestation record", e))?
+            .ok_or_else(|| {
+                NodeError::Internal(format!(
+                    "state names attestation record {id}, which the ledger does not hold"
+                ))
+            })?;
+        let Ok(Record::Attestation(a)) = serde_json::from_slice::<Record>(&leaf) else {
+            return Err(NodeError::Internal(format!(
+                "state names record {id} as the latest attestation, but it is not one"
+            )));
+        };
+        let r = AttestationResult::from_bytes(a.result.as_bytes())
+            .map_err(|e| internal("attestation record", e))?;
+        *lock(&self.latest_attestation) = Some((id, r));
+        Ok(())
+    }
+
+    /// Appends records built from their first id, with `puts` to the leases tree, through
+    /// the same crash-safe intent as usage records. The caller holds the write lock.
+    fn append_records(
+        &self,
+        build: impl FnOnce(u64) -> Vec<Record>,
+        puts: Vec<(String, serde_json::Value)>,
+    ) -> Result<Vec<u64>, NodeError> {
+        let start = lock(&self.ledger).next_index();
+        let records = build(start);
+        let ids: Vec<u64> = records.iter().map(Record::id).collect();
+        let intent = Intent {
+            start,
+            leaves: records
+                .iter()
+                .map(|r| String::from_utf8_lossy(&r.to_leaf()).into_owned())
+                .collect(),
+            puts,
+            removes: Vec::new(),
+        };
+        if !intent.leaves.is_empty() {
+            self.leases.put("intent", &intent)?;
+            self.store.flush()?;
+            let bytes: Vec<Vec<u8>> = intent
+                .leaves
+                .iter()
+                .map(|l| l.clone().into_bytes())
+                .collect();
+            lock(&self.ledger)
+                .append(&bytes)
+                .map_err(|e| internal("ledger append", e))?;
+            self.stats
+                .records
+                .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        }
+        self.apply_intent_with(&intent, true)?;
+        Ok(ids)
+    }
+
+    /// Verifies an attestation result from the control plane (signature by a configured
+    /// verifier key, about this node, not older than the one in force) and appends it to the
+    /// ledger. Returns the record id.
+    pub fn receive_attestation_result(&self, bytes: &[u8]) -> Result<AttestationRecord, NodeError> {
+        let keys = self
+            .cfg
+            .attestation
+            .verifier_keys()
+            .map_err(NodeError::Internal)?;
+        if keys.is_empty() {
+            return Err(NodeError::Conflict(
+                "no verifier keys are configured ([attestation] verifier_keys), so no attestation result can be accepted".into(),
+            ));
+        }
+        let trimmed = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+        let result = AttestationResult::from_bytes(trimmed)
+            .map_err(|e| NodeError::BadRequest(format!("not an attestation result: {e}")))?;
+        result
+            .verify_result_signature(&keys)
+            .map_err(|e| NodeError::BadRequest(format!("attestation result refused: {e}")))?;
+        let ours = self.attester.node_public_key();
+        match &result.result.node {
+            Some(n) if n.node_public_key == ours => {}
+            Some(n) => {
+                return Err(NodeError::BadRequest(format!(
+                    "attestation result is about node key {}, not this node ({})",
+                    hex::encode(n.node_public_key),
+                    hex::encode(ours)
+                )))
+            }
+            None => {
+                return Err(NodeError::BadRequest(
+                    "attestation result names no node (its evidence's enrollment did not verify)"
+                        .into(),
+                ))
+            }
+        }
+        // A result from the future would never be in force for the policy, yet would block
+        // every genuine later result (they must be newer): refuse it.
+        let now = unix_now();
+        if result.result.iat > now + MAX_RESULT_SKEW_S {
+            return Err(NodeError::BadRequest(format!(
+                "attestation result issued at {} is more than {MAX_RESULT_SKEW_S} s in the future (now {now}); check the verifier's clock",
+                result.result.iat
+            )));
+        }
+        let _w = lock(&self.write);
+        if let Some((id, latest)) = self.latest_attestation() {
+            if result.result.iat < latest.result.iat
+                || (result.result.iat == latest.result.iat
+                    && result.result.evidence_digest == latest.result.evidence_digest)
+            {
+                return Err(NodeError::Conflict(format!(
+                    "attestation result issued at {} is not newer than record {id} (issued at {}) already in force",
+                    result.result.iat, latest.result.iat
+                )));
+            }
+        }
+        let received = rfc3339_ms(self.clock.now_ms());
+        let text = String::from_utf8_lossy(trimmed).into_owned();
+        let mut made = None;
+        let node_name = self.cfg.node.name.clone();
+        let ids = self.append_records(
+            |id| {
+                let rec = AttestationRecord {
+                    v: RECORD_VERSION,
+                    id,
+                    node: node_name,
+                    received,
+                    status: format!("{:?}", result.status()).to_lowercase(),
+                    iat: result.result.iat,
+                    evidence_digest: hex::encode(result.result.evidence_digest),
+                    verifier_key: hex::encode(result.result.verifier_key),
+                    result: text,
+                };
+                made = Some(rec.clone());
+                vec![Record::Attestation(rec)]
+            },
+            vec![(
+                LATEST_ATTESTATION_KEY.into(),
+                serde_json::json!(self.ledger_next_hint()),
+            )],
+        )?;
+        let id = ids
+            .first()
+            .copied()
+            .ok_or_else(|| NodeError::Internal("no record id".into()))?;
+        let rec = made.ok_or_else(|| NodeError::Internal("no record".into()))?;
+        info!(record = id, status = %rec.status, "attestation result appended to the ledger");
+        *lock(&self.latest_attestation) = Some((id, result));
+        Ok(rec)
+    }
+
+    /// The id the next appended record gets.
+    fn ledger_next_hint(&self) -> u64 {
+        lock(&self.ledger).next_index()
+    }
+
+    /// Compares the GPU inventory with the last snapshot and appends a GPU event record per
+    /// change (CC mode toggled, GPU lost/recovered/appeared/disappeared, driver changed).
+    /// The first snapshot of a node is only remembered. The caller holds the write lock.
+    fn watch_gpus(&self) -> Result<(), NodeError> {
+        let inventory = match self.gpus.inventory() {
+            Ok(i) => i,
+            Err(e) => {
+                warn!(error = %e, "GPU inventory failed; GPU state changes not checked this round");
+                return Ok(());
+            }
+        };
+        let prev: Option<Vec<GpuState>> = self.leases.get(GPU_SNAPSHOT_KEY)?;
+        let (next, events) = gpu_changes(prev.as_deref().unwrap_or(&[]), &inventory);
+        if prev.as_ref() == Some(&next) {
+            return Ok(());
+        }
+        let snapshot = serde_json::to_value(&next).map_err(|e| internal("GPU snapshot", e))?;
+        let Some(_) = prev else {
+            self.leases.put(GPU_SNAPSHOT_KEY, &snapshot)?;
+            self.store.flush()?;
+            return Ok(());
+        };
+        let at = rfc3339_ms(self.clock.now_ms());
+        let node = self.cfg.node.name.clone();
+        for (kind, g, from, to) in &events {
+            warn!(gpu = %g.uuid, index = g.index, event = ?kind, from = ?from, to = ?to, "GPU state changed");
+        }
+        self.append_records(
+            |start| {
+                events
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, (event, g, from, to))| {
+                        Record::GpuEvent(GpuEventRecord {
+                            v: RECORD_VERSION,
+                            id: start + i as u64,
+                            node: node.clone(),
+                            at: at.clone(),
+                            event,
+                            gpu_index: g.index,
+                            gpu_uuid: g.uuid,
+                            from,
+                            to,
+                        })
+                    })
+                    .collect()
+            },
+            vec![(GPU_SNAPSHOT_KEY.into(), snapshot)],
+        )?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::GpuStatus;
+
+    fn gpu(index: u32, uuid: &str, status: GpuStatus, cc: Option<bool>, driver: &str) -> GpuInfo {
+        GpuInfo {
+            index,
+            uuid: uuid.into(),
+            serial: None,
+            name: "NVIDIA H100 80GB HBM3".into(),
+            model: "H100".into(),
+            pci_bus_id: String::new(),
+            minor_number: None,
+            device_path: None,
+            memory_total_bytes: 0,
+            vbios_version: None,
+            driver_version: driver.into(),
+            mig_mode: None,
+            cc_mode: cc,
+            status,
+        }
+    }
+
+    fn kinds(changes: &[GpuChange]) -> Vec<(GpuEventKind, u32, String)> {
+        changes
+            .iter()
+            .map(|(k, g, _, _)| (*k, g.index, g.uuid.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn gpu_changes_between_snapshots() {
+        use GpuEventKind::*;
+        let ok = GpuStatus::Ok;
+        let first = [
+            gpu(0, "GPU-a", ok.clone(), Some(true), "550"),
+            gpu(1, "GPU-b", ok.clone(), Some(true), "550"),
+        ];
+        let (s0, e) = gpu_changes(&[], &first);
+        assert_eq!(
+            kinds(&e),
+            [(Appeared, 0, "GPU-a".into()), (Appeared, 1, "GPU-b".into())]
+        );
+        // Nothing changed: nothing to record, same snapshot.
+        let (s1, e) = gpu_changes(&s0, &first);
+        assert!(e.is_empty());
+        assert_eq!(s0, s1);
+        // GPU 1 lost (it no longer tells its UUID); CC toggled off on GPU 0.
+        let second = [
+            gpu(0, "GPU-a", ok.clone(), Some(false), "550"),
+            gpu(1, "", GpuStatus::Lost, None, "550"),
+        ];
+        let (s2, e) = gpu_changes(&s1, &second);
+        assert_eq!(
+            kinds(&e),
+            [
+                (CcModeChanged, 0, "GPU-a".into()),
+                (Lost, 1, "GPU-b".into())
+            ]
+        );
+        assert_eq!(
+            (e[0].2.as_deref(), e[0].3.as_deref()),
+            (Some("on"), Some("off"))
+        );
+        // Still lost: no new event; then recovered under a new driver, and GPU 0 is gone.
+        let (s3, e) = gpu_changes(&s2, &second);
+        assert!(e.is_empty(), "{:?}", kinds(&e));
+        let third = [gpu(1, "GPU-b", ok.clone(), Some(true), "560")];
+        let (_, e) = gpu_changes(&s3, &third);
+        assert_eq!(
+            kinds(&e),
+            [
+                (Recovered, 1, "GPU-b".into()),
+                (DriverChanged, 1, "GPU-b".into()),
+                (Disappeared, 0, "GPU-a".into())
+            ]
+        );
+        // Another board at the same index.
+        let swapped = [gpu(1, "GPU-c", ok, Some(true), "560")];
+        let (_, e) = gpu_changes(&gpu_changes(&s3, &third).0, &swapped);
+        assert_eq!(
+            kinds(&e),
+            [
+                (Disappeared, 1, "GPU-b".into()),
+                (Appeared, 1, "GPU-c".into())
+            ]
+        );
+    }
 }

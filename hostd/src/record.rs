@@ -16,6 +16,74 @@ pub const RECORD_VERSION: u32 = 1;
 pub enum Record {
     /// GPU use metered for one lease over one interval (at most one hour, cut at lease end).
     Usage(UsageRecord),
+    /// An attestation result about this node, signed by a verifier the node trusts, as the
+    /// control plane delivered it. Usage records name the one in force when they were metered.
+    Attestation(AttestationRecord),
+    /// A change of a GPU's state seen between two inventories (CC mode, loss, driver).
+    GpuEvent(GpuEventRecord),
+}
+
+/// A verified attestation result (see `docs/attestation.md` §7), kept whole so that an
+/// auditor can check the verifier's signature offline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AttestationRecord {
+    /// Record schema version ([`RECORD_VERSION`]).
+    pub v: u32,
+    /// Leaf index of this record in the ledger.
+    pub id: u64,
+    pub node: String,
+    /// When the node received and appended it, RFC 3339 UTC.
+    pub received: String,
+    /// `affirming`, `warning`, `contraindicated` or `none`, copied from the signed result.
+    pub status: String,
+    /// The result's issue time, Unix seconds (its age is measured from here).
+    pub iat: u64,
+    /// SHA-256 of the evidence the result appraised, hex.
+    pub evidence_digest: String,
+    /// The verifier key that signed it, hex.
+    pub verifier_key: String,
+    /// The signed result document, canonical JSON exactly as received.
+    pub result: String,
+}
+
+/// What happened to a GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GpuEventKind {
+    /// The confidential-computing mode changed (`from`/`to`: `on`, `off`, `unknown`).
+    CcModeChanged,
+    /// The GPU stopped answering (fell off the bus, or NVML errors); `to` is the new state.
+    Lost,
+    /// A GPU that was lost answers again (after a reset or re-seat).
+    Recovered,
+    /// A GPU appeared at an index where there was none, or with another UUID.
+    Appeared,
+    /// A GPU is no longer enumerated.
+    Disappeared,
+    /// The driver version changed (a driver reload or upgrade).
+    DriverChanged,
+}
+
+/// A change of one GPU's state between two inventories taken by the metering loop.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuEventRecord {
+    /// Record schema version ([`RECORD_VERSION`]).
+    pub v: u32,
+    /// Leaf index of this record in the ledger.
+    pub id: u64,
+    pub node: String,
+    /// When the change was seen, RFC 3339 UTC.
+    pub at: String,
+    pub event: GpuEventKind,
+    /// NVML index of the GPU.
+    pub gpu_index: u32,
+    /// UUID of the GPU (the last one known, if it no longer answers).
+    pub gpu_uuid: String,
+    /// The state before and after, where the event has one (e.g. CC mode, driver version).
+    pub from: Option<String>,
+    pub to: Option<String>,
 }
 
 /// Usage of one GPU by one lease over `[start, end)`.
@@ -52,6 +120,9 @@ pub struct UsageRecord {
     pub policy_digest: String,
     /// Id of the previous usage record of the same lease, if any.
     pub prev: Option<u64>,
+    /// Id of the latest attestation record when this interval was metered, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attestation: Option<u64>,
 }
 
 /// Amount in paise for `gpu_ms` at `rate_paise_per_hour`, rounded half up; exact integer math
@@ -67,6 +138,26 @@ impl Record {
     pub fn id(&self) -> u64 {
         match self {
             Record::Usage(u) => u.id,
+            Record::Attestation(a) => a.id,
+            Record::GpuEvent(g) => g.id,
+        }
+    }
+
+    /// The `kind` tag.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Record::Usage(_) => "usage",
+            Record::Attestation(_) => "attestation",
+            Record::GpuEvent(_) => "gpu-event",
+        }
+    }
+
+    /// The schema version this record claims.
+    pub fn version(&self) -> u32 {
+        match self {
+            Record::Usage(u) => u.v,
+            Record::Attestation(a) => a.v,
+            Record::GpuEvent(g) => g.v,
         }
     }
 
@@ -84,6 +175,29 @@ mod tests {
     #[test]
     fn forty_hours_of_h100_at_250_rupees() {
         assert_eq!(amount_paise(40 * 3_600_000, 25_000), 1_000_000);
+    }
+
+    #[test]
+    fn new_kinds_round_trip_with_their_tags() {
+        let g = Record::GpuEvent(GpuEventRecord {
+            v: RECORD_VERSION,
+            id: 3,
+            node: "n".into(),
+            at: "2026-01-01T00:00:00.000Z".into(),
+            event: GpuEventKind::CcModeChanged,
+            gpu_index: 0,
+            gpu_uuid: "GPU-1".into(),
+            from: Some("on".into()),
+            to: Some("off".into()),
+        });
+        let leaf = String::from_utf8(g.to_leaf()).unwrap();
+        assert!(
+            leaf.starts_with(r#"{"kind":"gpu-event","v":1,"id":3,"#),
+            "{leaf}"
+        );
+        assert!(leaf.contains(r#""event":"cc-mode-changed""#), "{leaf}");
+        assert_eq!(serde_json::from_str::<Record>(&leaf).unwrap(), g);
+        assert_eq!((g.id(), g.kind()), (3, "gpu-event"));
     }
 
     #[test]

@@ -2,8 +2,10 @@
 //!
 //! The node only runs a policy signed by the policy authority whose key the operator
 //! configured, never an older one than it ran before (rollback), and asks it before every
-//! placement. Until node attestation is wired in, the node reports its attestation status as
-//! `none`, so rules that require an affirming attestation deny — with that reason.
+//! placement. The node's attestation status and evidence age come from the latest verified
+//! attestation result in the ledger (none yet: status `none`), and its CC mode from the GPUs,
+//! so rules that require an affirming, recent attestation on a CC node deny — with that
+//! reason — until the control plane has delivered one.
 
 use crate::store::Store;
 use crate::tenant::Tenant;
@@ -18,6 +20,12 @@ pub struct PlaceRequest<'a> {
     pub node_name: &'a str,
     pub node_jurisdiction: &'a str,
     pub node_facility: &'a str,
+    /// Status of the latest verified attestation result (`None` when there is none).
+    pub attestation: policy::AttestationStatus,
+    /// Seconds since that result was issued (`u64::MAX` when there is none).
+    pub evidence_age_s: u64,
+    /// Whether the GPUs the request would use run in confidential-computing mode.
+    pub cc_mode: bool,
 }
 
 /// The outcome, in the form the lease keeps and the API returns.
@@ -138,9 +146,9 @@ impl Residency {
                 id: req.node_name.to_string(),
                 jurisdiction: req.node_jurisdiction.to_string(),
                 facility: req.node_facility.to_string(),
-                attestation: policy::AttestationStatus::None,
-                evidence_age_s: u64::MAX,
-                cc_mode: false,
+                attestation: req.attestation,
+                evidence_age_s: req.evidence_age_s,
+                cc_mode: req.cc_mode,
                 image_version: String::new(),
             },
         };

@@ -47,6 +47,9 @@ enum Cmd {
     /// Residency policies: check, sign, explain (offline).
     #[command(subcommand)]
     Policy(cli::policy::PolicyCmd),
+    /// Attestation: challenge the node and appraise its evidence, verify offline, make keys,
+    /// enrollments and reference manifests.
+    Attest(Box<cli::attest::AttestCmd>),
 }
 
 #[derive(Subcommand)]
@@ -224,7 +227,7 @@ fn print_lease(l: &Value) {
 async fn run(cli: Cli) -> Out {
     let j = cli.json;
     match cli.cmd {
-        Cmd::Policy(_) | Cmd::Audit(AuditCmd::Verify(_)) => {
+        Cmd::Policy(_) | Cmd::Audit(AuditCmd::Verify(_)) | Cmd::Attest(_) => {
             return Err(Fail(
                 2,
                 "offline command reached the online dispatcher".into(),
@@ -512,6 +515,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Policy(cmd) => return cli::policy::run(cmd),
+        Cmd::Attest(cmd) => return cli::attest::run(*cmd, cli.profile.as_deref(), cli.json),
         Cmd::Audit(AuditCmd::Verify(args)) => return cli::audit::run_verify(args),
         _ => {}
     }

@@ -1,4 +1,5 @@
 //! Subcommands shared by the `hostd` and `sovctl` binaries, one module per area.
 
+pub mod attest;
 pub mod audit;
 pub mod policy;

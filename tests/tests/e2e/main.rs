@@ -2,9 +2,11 @@
 //! the real `sovctl`, over real mutual TLS on loopback. One test binary, one module per story.
 
 mod api_input;
+mod attestation;
 mod authz;
 mod concurrency;
 mod crash;
+mod faults;
 mod story;
 
 use serde_json::Value;

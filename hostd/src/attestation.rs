@@ -1,0 +1,572 @@
+//! The node as an attester (RFC 9334): fresh, signed evidence about what runs here, answering
+//! a verifier's nonce (`POST /v1/attestation`).
+//!
+//! The evidence format and every check a verifier makes are in `docs/attestation.md`; this
+//! module only gathers the claims:
+//!
+//! * the node identity key (`<state>/node.key`, Ed25519, 0600, created on first start; its
+//!   public half in `<state>/node.pub` for the operator's enrollment authority);
+//! * the enrollment certificate the operator's authority issued for that key
+//!   (`[attestation] enrollment_certificate`); without one the node cannot attest;
+//! * measurements (SHA-256): the running `hostd` binary, its config file, the active policy
+//!   digest, the ledger's latest signed checkpoint, and — where the machine exposes them — the
+//!   kernel command line, kernel and initrd images and TPM PCRs (SHA-256 bank). A source that
+//!   is absent or unreadable is omitted, never fatal: the omission is listed in the answer's
+//!   `measurement_notes` (and logged once), and a verifier whose reference values list it
+//!   reports `measurement-missing`;
+//! * one submodule per healthy GPU, with the NVIDIA SPDM report over the *derived* nonce
+//!   `SHA-256(nonce || UUID || node key)` when the GPU is in CC mode.
+//!
+//! Static measurements (binary, config, boot files) are computed once, on a background thread
+//! started when the node opens, because hashing a large binary takes a moment.
+
+use crate::config::Config;
+use crate::gpu::{GpuInfo, Gpus};
+use attest::evidence::{
+    gpu_nonce, CcMode, Evidence, EvidenceClaims, GpuClaims, GpuReport, HexBytes,
+};
+use attest::identity::{EnrollmentCertificate, NodeKey};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use tracing::{info, warn};
+use zeroize::Zeroizing;
+
+/// File name of the node identity key in the state directory.
+pub const NODE_KEY_FILE: &str = "node.key";
+/// File name of the node identity public key (hex) in the state directory.
+pub const NODE_PUB_FILE: &str = "node.pub";
+
+/// Where TPM 2.0 PCRs of the SHA-256 bank are exposed by Linux (one hex file per index).
+const TPM_PCR_DIR: &str = "/sys/class/tpm/tpm0/pcr-sha256";
+
+#[derive(Debug, thiserror::Error)]
+pub enum AttestationError {
+    #[error("node identity key {path}: {message}")]
+    NodeKey { path: PathBuf, message: String },
+    #[error("enrollment certificate {path}: {message}")]
+    Enrollment { path: PathBuf, message: String },
+    #[error("this node has no enrollment certificate; configure [attestation] enrollment_certificate (issued for the key in {0})")]
+    NotEnrolled(PathBuf),
+    #[error("building evidence: {0}")]
+    Evidence(String),
+}
+
+/// Loads the node identity key from `<state_dir>/node.key`, creating it (0600, from the OS
+/// random generator) on first use, and (re)writes `<state_dir>/node.pub`.
+pub fn load_or_create_node_key(state_dir: &Path) -> Result<NodeKey, AttestationError> {
+    use rand_core::{OsRng, RngCore};
+    let path = state_dir.join(NODE_KEY_FILE);
+    let err = |message: String| AttestationError::NodeKey {
+        path: path.clone(),
+        message,
+    };
+    let key = match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            let text = Zeroizing::new(text);
+            let mut seed = Zeroizing::new([0u8; 32]);
+            hex::decode_to_slice(text.trim(), seed.as_mut())
+                .map_err(|_| err("not 64 hex digits (an Ed25519 private key)".into()))?;
+            warn_if_readable_by_others(&path);
+            NodeKey::from_seed(&seed)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let mut seed = Zeroizing::new([0u8; 32]);
+            OsRng
+                .try_fill_bytes(seed.as_mut())
+                .map_err(|e| err(format!("random generator: {e}")))?;
+            let text = Zeroizing::new(hex::encode(seed.as_ref()));
+            crate::keys::write_new_private(&path, text.as_bytes())
+                .map_err(|e| err(e.to_string()))?;
+            info!(path = %path.display(), "created the node identity key");
+            NodeKey::from_seed(&seed)
+        }
+        Err(e) => return Err(err(e.to_string())),
+    };
+    let pub_path = state_dir.join(NODE_PUB_FILE);
+    std::fs::write(&pub_path, format!("{}\n", hex::encode(key.public_key()))).map_err(|e| {
+        AttestationError::NodeKey {
+            path: pub_path.clone(),
+            message: e.to_string(),
+        }
+    })?;
+    Ok(key)
+}
+
+fn warn_if_readable_by_others(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    if let Ok(m) = std::fs::metadata(path) {
+        if m.permissions().mode() & 0o077 != 0 {
+            warn!(path = %path.display(), mode = format_args!("{:o}", m.permissions().mode() & 0o777),
+                "node identity key is readable by others; it should be 0600");
+        }
+    }
+}
+
+/// Reads an enrollment certificate and checks that it names `key`.
+pub fn load_enrollment(
+    path: &Path,
+    key: &NodeKey,
+) -> Result<EnrollmentCertificate, AttestationError> {
+    let err = |message: String| AttestationError::Enrollment {
+        path: path.to_owned(),
+        message,
+    };
+    let bytes = std::fs::read(path).map_err(|e| err(e.to_string()))?;
+    let trimmed = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
+    let cert = EnrollmentCertificate::from_bytes(trimmed).map_err(|e| err(e.to_string()))?;
+    if cert.claims.node_public_key != key.public_key() {
+        return Err(err(format!(
+            "issued for node key {}, but this node's key is {}",
+            hex::encode(cert.claims.node_public_key),
+            hex::encode(key.public_key())
+        )));
+    }
+    Ok(cert)
+}
+
+/// Measurements that do not change while hostd runs, with notes on what was left out.
+#[derive(Debug, Clone, Default)]
+pub struct StaticMeasurements {
+    pub values: BTreeMap<String, [u8; 32]>,
+    pub notes: Vec<String>,
+}
+
+fn sha256_file(path: &Path) -> std::io::Result<[u8; 32]> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(h.finalize().into())
+}
+
+/// Measures the binary, config and boot files. Never fails: every missing source is a note.
+pub fn measure_static(config_file: Option<&Path>) -> StaticMeasurements {
+    let mut m = StaticMeasurements::default();
+    let file = |name: &str, path: &Path, m: &mut StaticMeasurements| match sha256_file(path) {
+        Ok(d) => {
+            m.values.insert(name.to_string(), d);
+        }
+        Err(e) => m
+            .notes
+            .push(format!("{name}: {} not measured: {e}", path.display())),
+    };
+    file("hostd", Path::new("/proc/self/exe"), &mut m);
+    match config_file {
+        Some(p) => file("hostd.config", p, &mut m),
+        None => m
+            .notes
+            .push("hostd.config: the configuration did not come from a file".into()),
+    }
+    file("cmdline", Path::new("/proc/cmdline"), &mut m);
+    match std::fs::read_to_string("/proc/sys/kernel/osrelease") {
+        Ok(release) => {
+            let r = release.trim();
+            file(
+                "kernel",
+                &PathBuf::from(format!("/boot/vmlinuz-{r}")),
+                &mut m,
+            );
+            let initrds = [
+                PathBuf::from(format!("/boot/initrd.img-{r}")),
+                PathBuf::from(format!("/boot/initramfs-{r}.img")),
+            ];
+            match initrds.iter().find(|p| p.exists()) {
+                Some(p) => file("initrd", p, &mut m),
+                None => m.notes.push(format!(
+                    "initrd: no /boot/initrd.img-{r} or /boot/initramfs-{r}.img"
+                )),
+            }
+        }
+        Err(e) => m
+            .notes
+            .push(format!("kernel, initrd: kernel release unknown: {e}")),
+    }
+    measure_pcrs(Path::new(TPM_PCR_DIR), &mut m);
+    m
+}
+
+/// TPM PCRs (`pcr.<n>`): the register values themselves, not digests of them.
+fn measure_pcrs(dir: &Path, m: &mut StaticMeasurements) {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(_) => {
+            m.notes.push(format!(
+                "pcr.*: no TPM SHA-256 PCR bank at {}",
+                dir.display()
+            ));
+            return;
+        }
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Ok(index) = name.parse::<u8>() else {
+            continue;
+        };
+        let mut v = [0u8; 32];
+        match std::fs::read_to_string(e.path()) {
+            Ok(t) if hex::decode_to_slice(t.trim(), &mut v).is_ok() => {
+                m.values.insert(format!("pcr.{index}"), v);
+            }
+            Ok(_) => m.notes.push(format!("pcr.{index}: not a SHA-256 value")),
+            Err(err) => m.notes.push(format!("pcr.{index}: {err}")),
+        }
+    }
+}
+
+enum Pending {
+    Running(JoinHandle<StaticMeasurements>),
+    Ready(Arc<StaticMeasurements>),
+}
+
+/// Evidence and the notes on what it leaves out.
+#[derive(Debug, Clone)]
+pub struct Collected {
+    /// The canonical evidence document, exactly as signed.
+    pub evidence: Vec<u8>,
+    pub notes: Vec<String>,
+}
+
+/// The node's attester: identity key, enrollment, measurements.
+pub struct Attester {
+    key: NodeKey,
+    key_path: PathBuf,
+    enrollment: Option<EnrollmentCertificate>,
+    statics: Mutex<Pending>,
+}
+
+impl std::fmt::Debug for Attester {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Attester")
+            .field("node_public_key", &hex::encode(self.key.public_key()))
+            .field("enrolled", &self.enrollment.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Attester {
+    /// Loads (or creates) the identity key and the configured enrollment certificate, and
+    /// starts measuring in the background. A missing certificate is not an error (the node
+    /// runs, and says why it cannot attest); a wrong one is.
+    pub fn open(cfg: &Config) -> Result<Attester, AttestationError> {
+        let key = load_or_create_node_key(&cfg.state.dir)?;
+        let enrollment = match &cfg.attestation.enrollment_certificate {
+            Some(p) => Some(load_enrollment(p, &key)?),
+            None => {
+                warn!("no enrollment certificate configured: the node cannot answer attestation requests");
+                None
+            }
+        };
+        let config_file = cfg.source.clone();
+        let handle = std::thread::Builder::new()
+            .name("measure".into())
+            .spawn(move || {
+                let m = measure_static(config_file.as_deref());
+                for n in &m.notes {
+                    info!(note = %n, "measurement omitted");
+                }
+                m
+            })
+            .map_err(|e| AttestationError::Evidence(format!("starting measurement: {e}")))?;
+        Ok(Attester {
+            key,
+            key_path: cfg.state.dir.join(NODE_KEY_FILE),
+            enrollment,
+            statics: Mutex::new(Pending::Running(handle)),
+        })
+    }
+
+    pub fn node_public_key(&self) -> [u8; 32] {
+        self.key.public_key()
+    }
+
+    pub fn enrollment(&self) -> Option<&EnrollmentCertificate> {
+        self.enrollment.as_ref()
+    }
+
+    fn statics(&self) -> Arc<StaticMeasurements> {
+        let mut g = self.statics.lock().unwrap_or_else(|p| p.into_inner());
+        if let Pending::Ready(m) = &*g {
+            return m.clone();
+        }
+        let m = match std::mem::replace(&mut *g, Pending::Ready(Arc::default())) {
+            Pending::Running(h) => h.join().unwrap_or_else(|_| StaticMeasurements {
+                values: BTreeMap::new(),
+                notes: vec!["static measurements failed (measuring thread panicked)".into()],
+            }),
+            Pending::Ready(m) => return m,
+        };
+        let m = Arc::new(m);
+        *g = Pending::Ready(m.clone());
+        m
+    }
+
+    /// Signed evidence answering `nonce` at `now` (Unix seconds), with `dynamic` measurements
+    /// (policy digest, ledger checkpoint) and one submodule per healthy GPU in `inventory`.
+    pub fn collect(
+        &self,
+        nonce: [u8; 32],
+        now: u64,
+        gpus: &Gpus,
+        inventory: &[GpuInfo],
+        dynamic: &[(&str, [u8; 32])],
+    ) -> Result<Collected, AttestationError> {
+        let enrollment = self
+            .enrollment
+            .clone()
+            .ok_or_else(|| AttestationError::NotEnrolled(self.key_path.clone()))?;
+        let statics = self.statics();
+        let mut notes = statics.notes.clone();
+        let mut measurements = statics.values.clone();
+        for (name, value) in dynamic {
+            measurements.insert((*name).to_string(), *value);
+        }
+        let node_pk = self.key.public_key();
+        let healthy: Vec<&GpuInfo> = inventory
+            .iter()
+            .filter(|g| {
+                let ok = g.is_healthy() && !g.uuid.is_empty();
+                if !ok {
+                    notes.push(format!(
+                        "GPU at index {} is not answering ({:?}) and is not in the evidence",
+                        g.index, g.status
+                    ));
+                }
+                ok
+            })
+            .collect();
+        // GPUs sign their reports concurrently (a real GPU takes a while to answer).
+        let reports: Vec<Result<Option<GpuReport>, String>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = healthy
+                .iter()
+                .map(|g| {
+                    scope.spawn(move || {
+                        if g.cc_mode != Some(true) {
+                            return Ok(None);
+                        }
+                        let n = gpu_nonce(&nonce, &g.uuid, &node_pk);
+                        match gpus.attestation_report(&g.uuid, n) {
+                            Ok(Some(a)) => Ok(Some(GpuReport {
+                                spdm: a.spdm,
+                                cert_chain: a.cert_chain.into_iter().map(HexBytes).collect(),
+                            })),
+                            Ok(None) => Err(format!(
+                                "GPU {}: CC is on but it gave no attestation report",
+                                g.uuid
+                            )),
+                            Err(e) => {
+                                warn!(gpu = %g.uuid, error = %e, "GPU attestation report failed");
+                                Err(format!("GPU {}: attestation report failed: {e}", g.uuid))
+                            }
+                        }
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err("GPU attestation worker panicked".into()))
+                })
+                .collect()
+        });
+        let mut submods = Vec::new();
+        for (g, report) in healthy.into_iter().zip(reports) {
+            let report = report.unwrap_or_else(|note| {
+                notes.push(note);
+                None
+            });
+            submods.push(GpuClaims {
+                uuid: g.uuid.clone(),
+                serial: g.serial.clone().unwrap_or_default(),
+                model: g.name.clone(),
+                vbios_version: g.vbios_version.clone().unwrap_or_default(),
+                driver_version: g.driver_version.clone(),
+                cc_mode: if g.cc_mode == Some(true) {
+                    CcMode::On
+                } else {
+                    CcMode::Off
+                },
+                report,
+            });
+        }
+        let claims = EvidenceClaims {
+            eat_profile: attest::evidence::EVIDENCE_PROFILE.into(),
+            eat_nonce: nonce,
+            ueid: self.key.ueid().to_vec(),
+            enrollment,
+            iat: now,
+            measurements,
+            submods,
+        };
+        let evidence = Evidence::sign(claims, &self.key)
+            .and_then(|e| e.to_bytes())
+            .map_err(|e| AttestationError::Evidence(e.to_string()))?;
+        Ok(Collected { evidence, notes })
+    }
+}
+
+/// Creates an Ed25519 key file (`path`: 64 hex digits of the private key, mode 0600) and its
+/// public half (`path.pub`: 64 hex digits), for release, enrollment-authority and verifier
+/// keys. Refuses to overwrite an existing key.
+pub fn create_signing_key(path: &Path) -> Result<ed25519_dalek::SigningKey, String> {
+    use rand_core::{OsRng, RngCore};
+    if path.exists() {
+        return Err(format!(
+            "{} already exists; refusing to overwrite a key",
+            path.display()
+        ));
+    }
+    let mut seed = Zeroizing::new([0u8; 32]);
+    OsRng
+        .try_fill_bytes(seed.as_mut())
+        .map_err(|e| format!("random generator: {e}"))?;
+    let text = Zeroizing::new(hex::encode(seed.as_ref()));
+    crate::keys::write_new_private(path, text.as_bytes())
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let key = ed25519_dalek::SigningKey::from_bytes(&seed);
+    let pub_path = public_key_path(path);
+    std::fs::write(
+        &pub_path,
+        format!("{}\n", hex::encode(key.verifying_key().to_bytes())),
+    )
+    .map_err(|e| format!("{}: {e}", pub_path.display()))?;
+    Ok(key)
+}
+
+/// `KEY.pub` beside a private key file.
+pub fn public_key_path(private: &Path) -> PathBuf {
+    let mut s = private.as_os_str().to_owned();
+    s.push(".pub");
+    s.into()
+}
+
+/// Reads a private key written by [`create_signing_key`].
+pub fn read_signing_key(path: &Path) -> Result<ed25519_dalek::SigningKey, String> {
+    let text = Zeroizing::new(
+        std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?,
+    );
+    let mut seed = Zeroizing::new([0u8; 32]);
+    hex::decode_to_slice(text.trim(), seed.as_mut()).map_err(|_| {
+        format!(
+            "{}: not an Ed25519 private key (64 hex digits)",
+            path.display()
+        )
+    })?;
+    warn_if_readable_by_others(path);
+    Ok(ed25519_dalek::SigningKey::from_bytes(&seed))
+}
+
+/// Reads a public key file (64 hex digits, e.g. `KEY.pub`).
+pub fn read_verifying_key(path: &Path) -> Result<ed25519_dalek::VerifyingKey, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut b = [0u8; 32];
+    hex::decode_to_slice(text.trim(), &mut b).map_err(|_| {
+        format!(
+            "{}: not an Ed25519 public key (64 hex digits)",
+            path.display()
+        )
+    })?;
+    attest::identity::verifying_key(&b).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// SHA-256 of a file's bytes, as measured into evidence and reference manifests.
+pub fn file_digest(path: &Path) -> std::io::Result<[u8; 32]> {
+    sha256_file(path)
+}
+
+/// Real time in Unix seconds: attestation is about wall-clock freshness, never the dev
+/// mode's accelerated metering clock.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn node_key_is_created_0600_and_reloaded() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = load_or_create_node_key(dir.path()).unwrap();
+        let mode = std::fs::metadata(dir.path().join(NODE_KEY_FILE))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let b = load_or_create_node_key(dir.path()).unwrap();
+        assert_eq!(a.public_key(), b.public_key());
+        let published = std::fs::read_to_string(dir.path().join(NODE_PUB_FILE)).unwrap();
+        assert_eq!(published.trim(), hex::encode(a.public_key()));
+        std::fs::write(dir.path().join(NODE_KEY_FILE), "not hex\n").unwrap();
+        assert!(load_or_create_node_key(dir.path()).is_err());
+    }
+
+    #[test]
+    fn an_enrollment_for_another_key_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = load_or_create_node_key(dir.path()).unwrap();
+        let other = NodeKey::from_seed(&[9u8; 32]);
+        let ca = attest::identity::EnrollmentAuthority::from_seed(&[1u8; 32]);
+        let claims = |pk: [u8; 32]| attest::identity::EnrollmentClaims {
+            node_public_key: pk,
+            node_name: "n".into(),
+            jurisdiction: "IN-TG".into(),
+            facility: "f".into(),
+            not_before: 0,
+            not_after: 4_000_000_000,
+            authority_public_key: ca.verifying_key().to_bytes(),
+        };
+        let path = dir.path().join("enrollment.json");
+        let wrong = ca.issue(claims(other.public_key())).unwrap();
+        std::fs::write(&path, wrong.to_bytes().unwrap()).unwrap();
+        let e = load_enrollment(&path, &key).unwrap_err();
+        assert!(e.to_string().contains("issued for node key"), "{e}");
+        let right = ca.issue(claims(key.public_key())).unwrap();
+        std::fs::write(&path, right.to_bytes().unwrap()).unwrap();
+        assert_eq!(load_enrollment(&path, &key).unwrap(), right);
+    }
+
+    #[test]
+    fn absent_sources_become_notes() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut m = StaticMeasurements::default();
+        measure_pcrs(&dir.path().join("none"), &mut m);
+        assert!(m.values.is_empty());
+        assert!(m.notes[0].contains("no TPM"), "{:?}", m.notes);
+        let pcrs = dir.path().join("pcrs");
+        std::fs::create_dir(&pcrs).unwrap();
+        std::fs::write(pcrs.join("7"), format!("{}\n", "AB".repeat(32))).unwrap();
+        std::fs::write(pcrs.join("8"), "zz\n").unwrap();
+        measure_pcrs(&pcrs, &mut m);
+        assert_eq!(m.values.get("pcr.7"), Some(&[0xAB; 32]));
+        assert!(
+            m.notes.iter().any(|n| n.starts_with("pcr.8")),
+            "{:?}",
+            m.notes
+        );
+        let s = measure_static(Some(&dir.path().join("missing.toml")));
+        assert!(
+            s.values.contains_key("hostd"),
+            "the running binary is always readable"
+        );
+        assert!(
+            s.notes.iter().any(|n| n.starts_with("hostd.config")),
+            "{:?}",
+            s.notes
+        );
+    }
+}

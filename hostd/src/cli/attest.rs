@@ -1,0 +1,622 @@
+//! `sovctl attest`: challenge a node and appraise its evidence (the relying party's tool), verify
+//! saved evidence offline, and make the keys, enrollment certificates and signed reference
+//! manifests that appraisal needs.
+//!
+//! Appraisal runs the `attest` crate's [`Verifier`] in this process; the node is never asked
+//! whether it is trustworthy. Exit codes: 0 affirming (or the command succeeded), 1 appraised
+//! but not affirming, or the node refused, 2 usage, file or connection error.
+
+use crate::attestation::{
+    create_signing_key, file_digest, read_signing_key, read_verifying_key, unix_now,
+};
+use crate::client::{Client, Profile};
+use attest::ear::{AttestationResult, Status};
+use attest::evidence::Evidence;
+use attest::identity::{EnrollmentAuthority, EnrollmentClaims};
+use attest::manifest::{ImageManifest, SignedImageManifest};
+use attest::rim::Rim;
+use attest::verifier::{NonceRegistry, ReferenceValues, Verifier, VerifierConfig};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// `sovctl attest ...`: without a subcommand, challenge the node of the profile.
+#[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct AttestCmd {
+    #[command(subcommand)]
+    pub cmd: Option<AttestSub>,
+    #[command(flatten)]
+    pub fetch: FetchArgs,
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum AttestSub {
+    /// Appraise saved evidence offline (no network).
+    Verify(VerifyArgs),
+    /// Sign a reference image manifest from files (their SHA-256 digests).
+    Reference(ReferenceArgs),
+    /// Create an Ed25519 key (release, enrollment authority or verifier): KEY (0600) and KEY.pub.
+    Keygen {
+        /// Private key file to create (refuses to overwrite); the public key goes to FILE.pub.
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Issue an enrollment certificate for a node's identity key (`<state>/node.pub`).
+    Enroll(EnrollArgs),
+    /// Deliver a signed attestation result to the node, which appends it to its ledger
+    /// (operators).
+    Submit {
+        /// The result file written by `sovctl attest --result-out`.
+        result: PathBuf,
+    },
+}
+
+/// What appraisal trusts and expects.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TrustArgs {
+    /// Signed reference manifest (`sovctl attest reference`).
+    #[arg(long)]
+    pub reference: Option<PathBuf>,
+    /// Release key (`KEY.pub`) the manifest must be signed with; default: the key the manifest
+    /// names (its signature is still checked).
+    #[arg(long)]
+    pub release_key: Option<PathBuf>,
+    /// NVIDIA device root certificates (PEM; several allowed in one file).
+    #[arg(long)]
+    pub nvidia_root: Option<PathBuf>,
+    /// NVIDIA RIM files (VBIOS and driver `.swidtag`), or folders of them.
+    #[arg(long = "rim")]
+    pub rims: Vec<PathBuf>,
+    /// Enrollment authority public key (`KEY.pub`) whose certificates are trusted.
+    #[arg(long)]
+    pub enrollment_authority: Option<PathBuf>,
+    /// Fewer GPUs than this is contraindicated.
+    #[arg(long, default_value_t = 0)]
+    pub min_gpus: usize,
+    /// A GPU without an attestation report is contraindicated (default: a warning).
+    #[arg(long)]
+    pub require_gpu_reports: bool,
+    /// Evidence older than this many seconds is stale.
+    #[arg(long, default_value_t = 300)]
+    pub max_age: u64,
+    /// Key that signs the attestation result (`sovctl attest keygen`); default: a new
+    /// throw-away key.
+    #[arg(long)]
+    pub verifier_key: Option<PathBuf>,
+    /// File of nonces already used (one hex nonce a line; created if missing): a nonce in it
+    /// is refused as reused, and every appraised nonce is added.
+    #[arg(long)]
+    pub nonce_log: Option<PathBuf>,
+    /// Write the signed attestation result (canonical JSON) here.
+    #[arg(long)]
+    pub result_out: Option<PathBuf>,
+}
+
+/// `sovctl attest [--nonce HEX | --nonce-random] ...`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct FetchArgs {
+    /// The challenge (64 hex digits).
+    #[arg(long, conflicts_with = "nonce_random")]
+    pub nonce: Option<String>,
+    /// A fresh random challenge.
+    #[arg(long)]
+    pub nonce_random: bool,
+    /// Save the node's evidence here (for `sovctl attest verify`).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub trust: TrustArgs,
+}
+
+/// `sovctl attest verify EVIDENCE --nonce HEX ...`.
+#[derive(Debug, clap::Args)]
+pub struct VerifyArgs {
+    /// Evidence file (`sovctl attest --out`).
+    pub evidence: PathBuf,
+    /// The challenge the evidence must answer (64 hex digits).
+    #[arg(long)]
+    pub nonce: String,
+    /// Appraise as of this time (Unix seconds) instead of now.
+    #[arg(long)]
+    pub at: Option<u64>,
+    #[command(flatten)]
+    pub trust: TrustArgs,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ReferenceArgs {
+    #[arg(long)]
+    pub name: String,
+    #[arg(long)]
+    pub version: String,
+    /// `NAME=FILE` (the file's SHA-256) or `NAME=sha256:HEX`; repeatable.
+    #[arg(long = "measurement", required = true)]
+    pub measurements: Vec<String>,
+    /// Release key (`sovctl attest keygen`).
+    #[arg(long)]
+    pub key: PathBuf,
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct EnrollArgs {
+    /// Enrollment authority private key (`sovctl attest keygen`).
+    #[arg(long)]
+    pub authority_key: PathBuf,
+    /// The node's public key: 64 hex digits, or a file holding them (`<state>/node.pub`).
+    #[arg(long)]
+    pub node_key: String,
+    #[arg(long)]
+    pub node_name: String,
+    /// ISO 3166-1 alpha-2, optionally with a subdivision (`IN-TG`).
+    #[arg(long)]
+    pub jurisdiction: String,
+    #[arg(long)]
+    pub facility: String,
+    /// Validity in days from now.
+    #[arg(long, default_value_t = 365)]
+    pub days: u64,
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+/// A failure: exit code and message.
+#[derive(Debug)]
+pub struct Fail(pub u8, pub String);
+
+fn usage(e: impl std::fmt::Display) -> Fail {
+    Fail(2, e.to_string())
+}
+
+/// Runs `sovctl attest`; `profile` is sovctl's `--profile` (needed to reach a node).
+pub fn run(cmd: AttestCmd, profile: Option<&Path>, json_out: bool) -> ExitCode {
+    match execute(cmd, profile, json_out) {
+        Ok(code) => ExitCode::from(code),
+        Err(Fail(code, msg)) => {
+            eprintln!("sovctl: {msg}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn execute(cmd: AttestCmd, profile: Option<&Path>, json_out: bool) -> Result<u8, Fail> {
+    match cmd.cmd {
+        None => online(profile, |c| fetch_and_appraise(c, cmd.fetch, json_out)),
+        Some(AttestSub::Submit { result }) => online(profile, |c| submit(c, &result, json_out)),
+        Some(AttestSub::Verify(args)) => verify_offline(args, json_out),
+        Some(AttestSub::Reference(args)) => reference(args),
+        Some(AttestSub::Keygen { out }) => {
+            let key = create_signing_key(&out).map_err(usage)?;
+            println!(
+                "created {} (private, 0600) and {} (public key {})",
+                out.display(),
+                crate::attestation::public_key_path(&out).display(),
+                hex::encode(key.verifying_key().to_bytes())
+            );
+            Ok(0)
+        }
+        Some(AttestSub::Enroll(args)) => enroll(args),
+    }
+}
+
+fn online<F, Fut>(profile: Option<&Path>, f: F) -> Result<u8, Fail>
+where
+    F: FnOnce(Client) -> Fut,
+    Fut: std::future::Future<Output = Result<u8, Fail>>,
+{
+    let dir = profile.ok_or_else(|| {
+        usage("no profile: pass --profile DIR (e.g. dev-state/operator) or set SOVCTL_PROFILE")
+    })?;
+    let p = Profile::load(dir).map_err(usage)?;
+    let client = Client::new(&p).map_err(usage)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| usage(format!("cannot start runtime: {e}")))?;
+    rt.block_on(f(client))
+}
+
+fn parse_nonce(hex_text: &str) -> Result<[u8; 32], Fail> {
+    let mut n = [0u8; 32];
+    if hex_text.len() != 64 || hex::decode_to_slice(hex_text, &mut n).is_err() {
+        return Err(usage("--nonce must be 32 bytes as 64 hex digits"));
+    }
+    Ok(n)
+}
+
+fn random_nonce() -> Result<[u8; 32], Fail> {
+    use rand_core::{OsRng, RngCore};
+    let mut n = [0u8; 32];
+    OsRng
+        .try_fill_bytes(&mut n)
+        .map_err(|e| usage(format!("random generator: {e}")))?;
+    Ok(n)
+}
+
+/// DER certificates from a PEM file.
+pub fn read_pem_certs(path: &Path) -> Result<Vec<Vec<u8>>, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut reader = std::io::BufReader::new(bytes.as_slice());
+    let mut out = Vec::new();
+    for c in rustls_pemfile::certs(&mut reader) {
+        out.push(
+            c.map_err(|e| format!("{}: {e}", path.display()))?
+                .as_ref()
+                .to_vec(),
+        );
+    }
+    if out.is_empty() {
+        return Err(format!("{}: no PEM certificate in it", path.display()));
+    }
+    Ok(out)
+}
+
+fn read_rims(paths: &[PathBuf]) -> Result<Vec<Rim>, String> {
+    let mut files = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let mut entries: Vec<PathBuf> = std::fs::read_dir(p)
+                .map_err(|e| format!("{}: {e}", p.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "swidtag" || x == "xml"))
+                .collect();
+            entries.sort();
+            files.extend(entries);
+        } else {
+            files.push(p.clone());
+        }
+    }
+    files
+        .iter()
+        .map(|f| {
+            let text = std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?;
+            Rim::parse(&text).map_err(|e| format!("{}: {e}", f.display()))
+        })
+        .collect()
+}
+
+/// The verifier `t` describes.
+pub fn build_verifier(t: &TrustArgs) -> Result<Verifier, String> {
+    let reference_path = t
+        .reference
+        .as_ref()
+        .ok_or("--reference MANIFEST is required (make one with `sovctl attest reference`)")?;
+    let bytes =
+        std::fs::read(reference_path).map_err(|e| format!("{}: {e}", reference_path.display()))?;
+    let manifest = SignedImageManifest::from_bytes(bytes.strip_suffix(b"\n").unwrap_or(&bytes))
+        .map_err(|e| format!("{}: {e}", reference_path.display()))?;
+    let release_keys = match &t.release_key {
+        Some(p) => vec![read_verifying_key(p)?],
+        None => vec![attest::identity::verifying_key(&manifest.release_key)
+            .map_err(|e| format!("{}: {e}", reference_path.display()))?],
+    };
+    let rims = read_rims(&t.rims)?;
+    let reference = ReferenceValues::from_signed_manifest(&manifest, &release_keys, rims)
+        .map_err(|e| format!("{}: {e}", reference_path.display()))?;
+    let authority = t
+        .enrollment_authority
+        .as_ref()
+        .ok_or("--enrollment-authority KEY.pub is required: the authority whose enrollment certificates you trust")?;
+    let nvidia_roots = match &t.nvidia_root {
+        Some(p) => read_pem_certs(p)?,
+        None => Vec::new(),
+    };
+    let signing_key = match &t.verifier_key {
+        Some(p) => read_signing_key(p)?,
+        None => {
+            use rand_core::{OsRng, RngCore};
+            let mut seed = zeroize::Zeroizing::new([0u8; 32]);
+            OsRng
+                .try_fill_bytes(seed.as_mut())
+                .map_err(|e| format!("random generator: {e}"))?;
+            ed25519_dalek::SigningKey::from_bytes(&seed)
+        }
+    };
+    Verifier::new(VerifierConfig {
+        enrollment_authorities: vec![read_verifying_key(authority)?],
+        revoked_nodes: Default::default(),
+        nvidia_roots,
+        reference,
+        min_gpus: t.min_gpus,
+        require_gpu_reports: t.require_gpu_reports,
+        max_age: t.max_age,
+        max_clock_skew: 30,
+        signing_key,
+    })
+    .map_err(|e| e.to_string())
+}
+
+/// Appraises `evidence` answering `nonce` at `now`, honouring `--nonce-log`.
+fn appraise(
+    t: &TrustArgs,
+    evidence: &[u8],
+    nonce: [u8; 32],
+    now: u64,
+) -> Result<AttestationResult, Fail> {
+    let verifier = build_verifier(t).map_err(usage)?;
+    let mut registry = NonceRegistry::new(t.max_age.max(1));
+    registry
+        .issue(nonce, now)
+        .map_err(|e| usage(format!("nonce: {e}")))?;
+    let nonce_hex = hex::encode(nonce);
+    if let Some(log) = &t.nonce_log {
+        let seen = match std::fs::read_to_string(log) {
+            Ok(t) => t.lines().any(|l| l.trim() == nonce_hex),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+            Err(e) => return Err(usage(format!("{}: {e}", log.display()))),
+        };
+        if seen {
+            // Already answered once: consuming it here makes the appraisal report the reuse.
+            let _ = registry.consume(&nonce, now);
+        } else {
+            use std::io::Write;
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(log)
+                .map_err(|e| usage(format!("{}: {e}", log.display())))?;
+            writeln!(f, "{nonce_hex}")
+                .and_then(|()| f.sync_all())
+                .map_err(|e| usage(format!("{}: {e}", log.display())))?;
+        }
+    }
+    let result = verifier
+        .appraise(evidence, &nonce, now, &mut registry)
+        .map_err(usage)?;
+    if let Some(out) = &t.result_out {
+        let bytes = result.to_bytes().map_err(usage)?;
+        std::fs::write(out, bytes).map_err(|e| usage(format!("{}: {e}", out.display())))?;
+    }
+    Ok(result)
+}
+
+/// The GPU reports in the evidence and the nonces they signed (empty if it does not parse).
+fn gpu_summary(evidence: &[u8]) -> Vec<Value> {
+    let Ok(e) = Evidence::from_bytes(evidence) else {
+        return Vec::new();
+    };
+    e.claims
+        .submods
+        .iter()
+        .map(|g| {
+            let signed = g.report.as_ref().and_then(|r| {
+                attest::nvidia::spdm::SpdmReport::parse(&r.spdm)
+                    .ok()
+                    .map(|p| hex::encode(p.request_nonce))
+            });
+            json!({
+                "uuid": g.uuid,
+                "model": g.model,
+                "cc_mode": g.cc_mode,
+                "report": g.report.is_some(),
+                "report_nonce": signed,
+                "derived_nonce": hex::encode(attest::evidence::gpu_nonce(
+                    &e.claims.eat_nonce,
+                    &g.uuid,
+                    e.claims.node_public_key(),
+                )),
+            })
+        })
+        .collect()
+}
+
+fn print_result(
+    result: &AttestationResult,
+    evidence: &[u8],
+    notes: &[String],
+    json_out: bool,
+) -> Result<u8, Fail> {
+    let signed: Value = serde_json::from_slice(&result.to_bytes().map_err(usage)?)
+        .map_err(|e| usage(e.to_string()))?;
+    let r = &result.result;
+    let v = json!({
+        "status": signed["result"]["status"],
+        "nonce": hex::encode(r.eat_nonce),
+        "evidence_digest": hex::encode(r.evidence_digest),
+        "node": signed["result"]["node"],
+        "reasons": signed["result"]["reasons"],
+        "trust_vector": signed["result"]["trust_vector"],
+        "gpus": gpu_summary(evidence),
+        "measurement_notes": notes,
+        "result": signed,
+    });
+    if json_out {
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    } else {
+        println!(
+            "attestation: {}  (nonce {}, evidence {})",
+            v["status"].as_str().unwrap_or("?"),
+            v["nonce"].as_str().unwrap_or_default(),
+            v["evidence_digest"].as_str().unwrap_or_default()
+        );
+        if let Some(n) = r.node.as_ref() {
+            println!(
+                "node: {} in {} ({})",
+                n.node_name, n.jurisdiction, n.facility
+            );
+        }
+        for g in v["gpus"].as_array().into_iter().flatten() {
+            println!(
+                "gpu {}: report={} nonce={}",
+                g["uuid"].as_str().unwrap_or_default(),
+                g["report"],
+                g["report_nonce"].as_str().unwrap_or("-")
+            );
+        }
+        for reason in &r.reasons {
+            println!("  - {} [{}]: {}", reason.code, reason.claim, reason.detail);
+        }
+        for n in notes {
+            println!("  note: {n}");
+        }
+    }
+    Ok(if result.status() == Status::Affirming {
+        0
+    } else {
+        1
+    })
+}
+
+async fn fetch_and_appraise(client: Client, f: FetchArgs, json_out: bool) -> Result<u8, Fail> {
+    let nonce = match (&f.nonce, f.nonce_random) {
+        (Some(h), _) => parse_nonce(h)?,
+        (None, true) => random_nonce()?,
+        (None, false) => return Err(usage("pass --nonce HEX or --nonce-random")),
+    };
+    // Check the trust inputs before bothering the node.
+    build_verifier(&f.trust).map_err(usage)?;
+    let (status, body) = client
+        .post("/v1/attestation", &json!({ "nonce": hex::encode(nonce) }))
+        .await
+        .map_err(usage)?;
+    if !(200..300).contains(&status) {
+        return Err(Fail(
+            1,
+            format!(
+                "{} ({status})",
+                body.get("error")
+                    .and_then(Value::as_str)
+                    .unwrap_or("attestation request failed")
+            ),
+        ));
+    }
+    let evidence = body
+        .get("evidence")
+        .and_then(Value::as_str)
+        .ok_or_else(|| Fail(1, "the node's answer holds no evidence".into()))?
+        .as_bytes()
+        .to_vec();
+    let notes: Vec<String> = body
+        .get("measurement_notes")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|n| n.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    if let Some(out) = &f.out {
+        std::fs::write(out, &evidence).map_err(|e| usage(format!("{}: {e}", out.display())))?;
+    }
+    let result = appraise(&f.trust, &evidence, nonce, unix_now())?;
+    print_result(&result, &evidence, &notes, json_out)
+}
+
+fn verify_offline(args: VerifyArgs, json_out: bool) -> Result<u8, Fail> {
+    let nonce = parse_nonce(&args.nonce)?;
+    let bytes = std::fs::read(&args.evidence)
+        .map_err(|e| usage(format!("{}: {e}", args.evidence.display())))?;
+    let evidence = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
+    let now = args.at.unwrap_or_else(unix_now);
+    let result = appraise(&args.trust, evidence, nonce, now)?;
+    print_result(&result, evidence, &[], json_out)
+}
+
+async fn submit(client: Client, path: &Path, json_out: bool) -> Result<u8, Fail> {
+    let bytes = std::fs::read(path).map_err(|e| usage(format!("{}: {e}", path.display())))?;
+    let (status, body) = client
+        .raw(
+            "POST",
+            "/v1/attestation/results",
+            Some("application/json"),
+            bytes,
+        )
+        .await
+        .map_err(usage)?;
+    let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    if !(200..300).contains(&status) {
+        return Err(Fail(
+            1,
+            format!(
+                "{} ({status})",
+                v.get("error")
+                    .and_then(Value::as_str)
+                    .unwrap_or("the node refused the result")
+            ),
+        ));
+    }
+    if json_out {
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+    } else {
+        println!(
+            "attestation result ({}) appended to the ledger as record {}",
+            v["status"].as_str().unwrap_or("?"),
+            v["id"]
+        );
+    }
+    Ok(0)
+}
+
+fn reference(args: ReferenceArgs) -> Result<u8, Fail> {
+    let key = read_signing_key(&args.key).map_err(usage)?;
+    let mut measurements = BTreeMap::new();
+    for m in &args.measurements {
+        let (name, source) = m.split_once('=').ok_or_else(|| {
+            usage(format!(
+                "--measurement {m:?}: expected NAME=FILE or NAME=sha256:HEX"
+            ))
+        })?;
+        let digest = match source.strip_prefix("sha256:") {
+            Some(h) => {
+                let mut d = [0u8; 32];
+                hex::decode_to_slice(h, &mut d)
+                    .map_err(|_| usage(format!("--measurement {name}: not 64 hex digits")))?;
+                d
+            }
+            None => file_digest(Path::new(source))
+                .map_err(|e| usage(format!("--measurement {name}: {source}: {e}")))?,
+        };
+        if measurements.insert(name.to_string(), digest).is_some() {
+            return Err(usage(format!("--measurement {name} given twice")));
+        }
+    }
+    let manifest = ImageManifest {
+        name: args.name,
+        version: args.version,
+        measurements,
+    }
+    .sign(&key)
+    .map_err(usage)?;
+    let bytes = manifest.to_bytes().map_err(usage)?;
+    std::fs::write(&args.out, bytes).map_err(|e| usage(format!("{}: {e}", args.out.display())))?;
+    println!(
+        "wrote {} ({} measurements, release key {})",
+        args.out.display(),
+        manifest.manifest.measurements.len(),
+        hex::encode(manifest.release_key)
+    );
+    Ok(0)
+}
+
+fn enroll(args: EnrollArgs) -> Result<u8, Fail> {
+    let key = read_signing_key(&args.authority_key).map_err(usage)?;
+    let text = if Path::new(&args.node_key).is_file() {
+        std::fs::read_to_string(&args.node_key)
+            .map_err(|e| usage(format!("{}: {e}", args.node_key)))?
+    } else {
+        args.node_key.clone()
+    };
+    let mut node_pk = [0u8; 32];
+    hex::decode_to_slice(text.trim(), &mut node_pk)
+        .map_err(|_| usage("--node-key: not 64 hex digits (or a file holding them)"))?;
+    let now = unix_now();
+    let days = args.days.clamp(1, 3650);
+    let cert = EnrollmentAuthority::from_seed(key.as_bytes())
+        .issue(EnrollmentClaims {
+            node_public_key: node_pk,
+            node_name: args.node_name,
+            jurisdiction: args.jurisdiction,
+            facility: args.facility,
+            not_before: now,
+            not_after: now + days * 86_400,
+            authority_public_key: [0; 32],
+        })
+        .map_err(usage)?;
+    std::fs::write(&args.out, cert.to_bytes().map_err(usage)?)
+        .map_err(|e| usage(format!("{}: {e}", args.out.display())))?;
+    println!("wrote {} (valid {days} days)", args.out.display());
+    Ok(0)
+}
