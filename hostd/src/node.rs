@@ -305,6 +305,28 @@ impl Node {
         Ok(())
     }
 
+    /// Makes the intent durable, then appends its records: the order that lets
+    /// [`Node::recover`] tell, after a crash, whether the append happened.
+    fn write_ahead_and_append(&self, intent: &Intent) -> Result<(), NodeError> {
+        if intent.leaves.is_empty() {
+            return Ok(());
+        }
+        self.leases.put("intent", intent)?;
+        self.store.flush()?;
+        let bytes: Vec<Vec<u8>> = intent
+            .leaves
+            .iter()
+            .map(|l| l.clone().into_bytes())
+            .collect();
+        lock(&self.ledger)
+            .append(&bytes)
+            .map_err(|e| internal("ledger append", e))?;
+        self.stats
+            .records
+            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
     fn apply_intent(&self, intent: &Intent) -> Result<(), NodeError> {
         self.apply_intent_with(intent, true)
     }
@@ -381,21 +403,7 @@ impl Node {
             puts,
             removes,
         };
-        if !intent.leaves.is_empty() {
-            self.leases.put("intent", &intent)?;
-            self.store.flush()?;
-            let bytes: Vec<Vec<u8>> = intent
-                .leaves
-                .iter()
-                .map(|l| l.clone().into_bytes())
-                .collect();
-            lock(&self.ledger)
-                .append(&bytes)
-                .map_err(|e| internal("ledger append", e))?;
-            self.stats
-                .records
-                .fetch_add(bytes.len() as u64, Ordering::Relaxed);
-        }
+        self.write_ahead_and_append(&intent)?;
         // Cursor-only updates (plain accumulation) need no fsync: a cursor lost in a crash
         // only loses utilization statistics, never GPU time or energy (the energy baseline
         // is saved with the accumulated energy). Records, lease changes and removals do.
@@ -902,21 +910,7 @@ impl Node {
             puts,
             removes: Vec::new(),
         };
-        if !intent.leaves.is_empty() {
-            self.leases.put("intent", &intent)?;
-            self.store.flush()?;
-            let bytes: Vec<Vec<u8>> = intent
-                .leaves
-                .iter()
-                .map(|l| l.clone().into_bytes())
-                .collect();
-            lock(&self.ledger)
-                .append(&bytes)
-                .map_err(|e| internal("ledger append", e))?;
-            self.stats
-                .records
-                .fetch_add(bytes.len() as u64, Ordering::Relaxed);
-        }
+        self.write_ahead_and_append(&intent)?;
         self.apply_intent_with(&intent, true)?;
         Ok(ids)
     }

@@ -368,21 +368,7 @@ fn results_gate_placement_are_named_by_usage_and_gpu_events_are_recorded() {
 
     // The auditor's offline verification accepts and counts every kind.
     let export = tmp(&node, "export");
-    ok(&node.sovctl(
-        "auditor",
-        &["audit", "export", "--out", export.to_str().unwrap()],
-    ));
-    let report = ok(&node.sovctl(
-        "",
-        &[
-            "audit",
-            "verify",
-            export.to_str().unwrap(),
-            "--vkey",
-            node.dir.join("state/log.vkey").to_str().unwrap(),
-            "--quiet",
-        ],
-    ));
+    let report = crate::export_and_verify(&node, &export, &[]);
     assert!(report.contains("attestation 1"), "{report}");
     assert!(report.contains("gpu-event"), "{report}");
     assert!(report.contains("usage"), "{report}");

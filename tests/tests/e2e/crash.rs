@@ -1,8 +1,8 @@
 //! kill -9 during metering: after a restart nothing acknowledged is lost, no hour is billed
 //! twice, and the log still verifies offline.
 
-use crate::{create_tenants, json, wait_for};
-use e2e::{ok, DevNode};
+use crate::{create_tenants, export_and_verify, json, lease, wait_for};
+use e2e::DevNode;
 use serde_json::Value;
 
 fn records(node: &DevNode) -> Vec<Value> {
@@ -16,20 +16,7 @@ fn records(node: &DevNode) -> Vec<Value> {
 fn kill_dash_nine_during_metering_loses_nothing() {
     let mut node = DevNode::start(&["--time-scale", "36000", "--interval", "600"]);
     create_tenants(&node);
-    let lease = json(&node.sovctl(
-        "operator",
-        &[
-            "--json",
-            "lease",
-            "create",
-            "--tenant",
-            "hyd-speech",
-            "--gpus",
-            "2",
-            "--model",
-            "H100",
-        ],
-    ));
+    let lease = lease(&node, "operator", "hyd-speech", 2, "H100");
     let id = lease["id"].as_str().unwrap().to_string();
     let mut seen: Vec<Value> = Vec::new();
     for round in 0..3 {
@@ -74,21 +61,7 @@ fn kill_dash_nine_during_metering_loses_nothing() {
         assert_eq!(r["id"].as_u64(), Some(i as u64));
     }
     let export = node.dir.parent().unwrap().join("export");
-    ok(&node.sovctl(
-        "auditor",
-        &["audit", "export", "--out", export.to_str().unwrap()],
-    ));
-    ok(&node.sovctl(
-        "",
-        &[
-            "audit",
-            "verify",
-            export.to_str().unwrap(),
-            "--vkey",
-            node.dir.join("state/log.vkey").to_str().unwrap(),
-            "--quiet",
-        ],
-    ));
+    export_and_verify(&node, &export, &[]);
     assert!(
         node.stop(),
         "clean shutdown on SIGTERM; log:\n{}",

@@ -1,7 +1,7 @@
 //! A GPU that is lost, erroring or reporting nonsense: the lease is marked, the event logged,
 //! nothing panics, and nothing bogus is charged.
 
-use crate::{create_tenants, json, wait_for};
+use crate::{create_tenants, json, lease, wait_for};
 use e2e::DevNode;
 use serde_json::Value;
 
@@ -33,20 +33,7 @@ fn metric(node: &DevNode, name: &str) -> f64 {
 fn lost_gpu_stops_its_metering_and_backwards_energy_is_not_charged() {
     let node = DevNode::start(&["--time-scale", "36000", "--interval", "600"]);
     create_tenants(&node);
-    let lease = json(&node.sovctl(
-        "operator",
-        &[
-            "--json",
-            "lease",
-            "create",
-            "--tenant",
-            "hyd-speech",
-            "--gpus",
-            "2",
-            "--model",
-            "H100",
-        ],
-    ));
+    let lease = lease(&node, "operator", "hyd-speech", 2, "H100");
     let id = lease["id"].as_str().unwrap().to_string();
     let lost = lease["gpus"][1]["uuid"].as_str().unwrap().to_string();
     let odd = lease["gpus"][0]["uuid"].as_str().unwrap().to_string();

@@ -75,3 +75,35 @@ pub fn wait_for<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -> T
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
+
+/// Leases `gpus` GPUs of `model` for `tenant`, asked with `profile`'s certificate.
+pub fn lease(node: &e2e::DevNode, profile: &str, tenant: &str, gpus: u32, model: &str) -> Value {
+    let gpus = gpus.to_string();
+    json(&node.sovctl(
+        profile,
+        &[
+            "--json", "lease", "create", "--tenant", tenant, "--gpus", &gpus, "--model", model,
+        ],
+    ))
+}
+
+/// The auditor's job: export with the auditor profile (plus `extra` export flags), then
+/// verify offline pinning the node's log key. Returns the verify report.
+pub fn export_and_verify(node: &e2e::DevNode, export: &std::path::Path, extra: &[&str]) -> String {
+    let out = export.to_str().expect("utf-8 path");
+    let mut args = vec!["audit", "export", "--out", out];
+    args.extend_from_slice(extra);
+    e2e::ok(&node.sovctl("auditor", &args));
+    let vkey = node.dir.join("state/log.vkey");
+    e2e::ok(&node.sovctl(
+        "",
+        &[
+            "audit",
+            "verify",
+            out,
+            "--vkey",
+            vkey.to_str().expect("utf-8 path"),
+            "--quiet",
+        ],
+    ))
+}

@@ -1,6 +1,6 @@
 //! The newcomer's story: dev node, tenant, lease, metering, lease end, bill, offline audit.
 
-use crate::{create_tenants, expected_paise, json, wait_for};
+use crate::{create_tenants, expected_paise, export_and_verify, json, lease, wait_for};
 use e2e::{ok, DevNode};
 use hostd::billing::format_inr;
 
@@ -10,20 +10,8 @@ fn tenant_leases_an_h100_is_metered_billed_and_audited_offline() {
     let node = DevNode::start(&["--time-scale", "36000", "--interval", "600"]);
     create_tenants(&node);
 
-    let lease = json(&node.sovctl(
-        "hyd-speech",
-        &[
-            "--json",
-            "lease",
-            "create",
-            "--tenant",
-            "hyd-speech",
-            "--gpus",
-            "1",
-            "--model",
-            "H100",
-        ],
-    ));
+    // The tenant leases with its own certificate.
+    let lease = lease(&node, "hyd-speech", "hyd-speech", 1, "H100");
     let id = lease["id"].as_str().expect("lease id").to_string();
     assert_eq!(lease["state"], "active");
     assert_eq!(lease["gpus"].as_array().map(|a| a.len()), Some(1));
@@ -108,28 +96,7 @@ fn tenant_leases_an_h100_is_metered_billed_and_audited_offline() {
 
     // The auditor exports and verifies offline, pinning the node's key.
     let export = node.dir.parent().unwrap().join("export");
-    ok(&node.sovctl(
-        "auditor",
-        &[
-            "audit",
-            "export",
-            "--out",
-            export.to_str().unwrap(),
-            "--receipt",
-            &rid,
-        ],
-    ));
-    let report = ok(&node.sovctl(
-        "",
-        &[
-            "audit",
-            "verify",
-            export.to_str().unwrap(),
-            "--vkey",
-            node.dir.join("state/log.vkey").to_str().unwrap(),
-            "--quiet",
-        ],
-    ));
+    let report = export_and_verify(&node, &export, &["--receipt", &rid]);
     assert!(report.contains("hyd-speech"), "{report}");
     assert!(report.contains(&format_inr(expected)), "{report}");
 }
