@@ -21,20 +21,14 @@
 
 use crate::load::{from_toml_str, LoadError};
 use crate::model::{Policy, PolicyDigest};
-use base64::engine::general_purpose::STANDARD as B64;
-use base64::Engine as _;
-use ed25519_dalek::{Signature, Signer as _, SigningKey, Verifier as _, VerifyingKey};
-use sha2::{Digest as _, Sha256};
+use attest::note::{self, NoteError, NoteSigner, NoteVerifier, ParsedNote};
 use std::fmt;
 use zeroize::Zeroizing;
 
 /// First line of the signed statement; changes if the statement format ever changes.
 pub const STATEMENT_HEADER: &str = "sovereign-host policy bundle v1";
 
-const ALG_ED25519: u8 = 0x01;
-const SIG_PREFIX: &str = "\u{2014} ";
 const MAX_NOTE_BYTES: usize = 64 * 1024;
-const MAX_SIGNATURES: usize = 100;
 
 /// Why a bundle is refused, or a key or note cannot be read.
 #[derive(Debug, thiserror::Error)]
@@ -101,168 +95,88 @@ pub enum BundleError {
     BadKey(String),
 }
 
-/// The policy authority's private key (note signer key). The Ed25519 key zeroizes on drop.
+/// The policy authority's private key (a C2SP note signer key, as [`attest::note`] implements
+/// it for the usage log: one implementation of the format for the whole project). The
+/// Ed25519 key zeroizes on drop.
 pub struct SignerKey {
-    name: String,
-    id: u32,
-    key: SigningKey,
+    inner: NoteSigner,
 }
 
 /// The policy authority's public key (note verifier key), as nodes are configured with it.
 #[derive(Clone, PartialEq, Eq)]
 pub struct VerifierKey {
-    name: String,
-    id: u32,
-    key: VerifyingKey,
+    inner: NoteVerifier,
 }
 
-fn valid_key_name(name: &str) -> bool {
-    !name.is_empty()
-        && !name.contains('+')
-        && !name.chars().any(|c| c.is_whitespace() || c.is_control())
-}
-
-fn key_id(name: &str, public: &[u8; 32]) -> u32 {
-    let mut h = Sha256::new();
-    h.update(name.as_bytes());
-    h.update([b'\n', ALG_ED25519]);
-    h.update(public);
-    let d = h.finalize();
-    u32::from_be_bytes([d[0], d[1], d[2], d[3]])
+fn bad_key(e: NoteError) -> BundleError {
+    BundleError::BadKey(e.to_string())
 }
 
 impl SignerKey {
     /// A key from a 32-byte seed (generate the seed with an OS RNG; the library does no I/O).
     pub fn from_seed(name: &str, seed: &[u8; 32]) -> Result<Self, BundleError> {
-        if !valid_key_name(name) {
-            return Err(BundleError::BadKey(format!(
-                "key name '{name}' must be non-empty, without '+' or whitespace"
-            )));
-        }
-        let key = SigningKey::from_bytes(seed);
-        let id = key_id(name, key.verifying_key().as_bytes());
         Ok(SignerKey {
-            name: name.to_string(),
-            id,
-            key,
+            inner: NoteSigner::from_seed(name, seed).map_err(bad_key)?,
         })
     }
 
     /// Parses `PRIVATE+KEY+<name>+<id hex>+<base64(0x01 || seed)>`.
     pub fn parse(s: &str) -> Result<Self, BundleError> {
-        let s = s.trim_end_matches(['\n', '\r']);
-        let bad = |m: &str| BundleError::BadKey(m.to_string());
-        let rest = s
-            .strip_prefix("PRIVATE+KEY+")
-            .ok_or_else(|| bad("a signer key starts with PRIVATE+KEY+"))?;
-        let mut parts = rest.splitn(3, '+');
-        let (Some(name), Some(id_hex), Some(b64)) = (parts.next(), parts.next(), parts.next())
-        else {
-            return Err(bad("expected PRIVATE+KEY+name+id+key"));
-        };
-        let raw = Zeroizing::new(
-            B64.decode(b64)
-                .map_err(|_| bad("key material is not base64"))?,
-        );
-        if raw.len() != 33 || raw[0] != ALG_ED25519 {
-            return Err(bad(
-                "key material must be 0x01 followed by a 32-byte Ed25519 seed",
-            ));
-        }
-        let mut seed = Zeroizing::new([0u8; 32]);
-        seed.copy_from_slice(&raw[1..]);
-        let key = SignerKey::from_seed(name, &seed)?;
-        if format!("{:08x}", key.id) != id_hex {
-            return Err(bad("key id does not match the key name and key material"));
-        }
-        Ok(key)
+        Ok(SignerKey {
+            inner: NoteSigner::from_skey(s.trim_end_matches(['\n', '\r'])).map_err(bad_key)?,
+        })
     }
 
     /// The encoded private key, for writing to a mode-0600 file.
     pub fn encode(&self) -> Zeroizing<String> {
-        let mut raw = Zeroizing::new(Vec::with_capacity(33));
-        raw.push(ALG_ED25519);
-        raw.extend_from_slice(self.key.as_bytes());
-        Zeroizing::new(format!(
-            "PRIVATE+KEY+{}+{:08x}+{}",
-            self.name,
-            self.id,
-            B64.encode(raw.as_slice())
-        ))
+        self.inner.to_skey()
     }
 
     /// The matching verifier key.
     pub fn verifier(&self) -> VerifierKey {
         VerifierKey {
-            name: self.name.clone(),
-            id: self.id,
-            key: self.key.verifying_key(),
+            inner: self.inner.verifier(),
         }
     }
 
     /// The key name.
     pub fn name(&self) -> &str {
-        &self.name
+        self.inner.name()
     }
 }
 
 impl fmt::Debug for SignerKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "SignerKey({}+{:08x}, <secret>)", self.name, self.id)
+        write!(
+            f,
+            "SignerKey({}+{:08x}, <secret>)",
+            self.inner.name(),
+            self.inner.key_id()
+        )
     }
 }
 
 impl VerifierKey {
     /// Parses `<name>+<id hex>+<base64(0x01 || public key)>`.
     pub fn parse(s: &str) -> Result<Self, BundleError> {
-        let s = s.trim_end_matches(['\n', '\r']);
-        let bad = |m: &str| BundleError::BadKey(m.to_string());
-        let mut parts = s.splitn(3, '+');
-        let (Some(name), Some(id_hex), Some(b64)) = (parts.next(), parts.next(), parts.next())
-        else {
-            return Err(bad("expected name+id+key"));
-        };
-        if !valid_key_name(name) {
-            return Err(bad("key name must be non-empty, without '+' or whitespace"));
-        }
-        let raw = B64
-            .decode(b64)
-            .map_err(|_| bad("key material is not base64"))?;
-        if raw.len() != 33 || raw[0] != ALG_ED25519 {
-            return Err(bad(
-                "key material must be 0x01 followed by a 32-byte Ed25519 public key",
-            ));
-        }
-        let mut pk = [0u8; 32];
-        pk.copy_from_slice(&raw[1..]);
-        let key =
-            VerifyingKey::from_bytes(&pk).map_err(|_| bad("not a valid Ed25519 public key"))?;
-        let id = key_id(name, &pk);
-        if format!("{id:08x}") != id_hex {
-            return Err(bad("key id does not match the key name and key material"));
-        }
         Ok(VerifierKey {
-            name: name.to_string(),
-            id,
-            key,
+            inner: NoteVerifier::parse(s.trim_end_matches(['\n', '\r'])).map_err(bad_key)?,
         })
     }
 
     /// The encoded verifier key.
     pub fn encode(&self) -> String {
-        let mut raw = vec![ALG_ED25519];
-        raw.extend_from_slice(self.key.as_bytes());
-        format!("{}+{:08x}+{}", self.name, self.id, B64.encode(raw))
+        self.inner.to_vkey()
     }
 
     /// The key name.
     pub fn name(&self) -> &str {
-        &self.name
+        self.inner.name()
     }
 
     /// The 4-byte key id.
     pub fn id(&self) -> u32 {
-        self.id
+        self.inner.key_id()
     }
 }
 
@@ -272,115 +186,50 @@ impl fmt::Debug for VerifierKey {
     }
 }
 
-/// A signature line of a note.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NoteSignature {
-    /// Key name.
-    pub name: String,
-    /// Key id (first 4 bytes of the signature blob).
-    pub id: u32,
-    /// The rest of the blob (64 bytes for Ed25519).
-    pub sig: Vec<u8>,
-}
-
-/// A parsed (not yet verified) signed note.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Note {
-    /// The signed text, ending in a newline.
-    pub text: String,
-    /// Signature lines in order.
-    pub signatures: Vec<NoteSignature>,
-}
-
-/// Splits a signed note into text and signature lines (C2SP signed-note syntax).
-pub fn parse_note(msg: &[u8]) -> Result<Note, BundleError> {
-    let bad = |m: &str| BundleError::MalformedNote(m.to_string());
+/// Splits a signed note into text and signature lines (C2SP signed-note syntax), verifying
+/// nothing.
+pub fn parse_note(msg: &[u8]) -> Result<ParsedNote, BundleError> {
     if msg.len() > MAX_NOTE_BYTES {
-        return Err(bad("note is too large"));
+        return Err(BundleError::MalformedNote("note is too large".into()));
     }
-    let msg = std::str::from_utf8(msg).map_err(|_| bad("not UTF-8"))?;
-    if msg.chars().any(|c| c < ' ' && c != '\n') {
-        return Err(bad("contains control characters"));
+    note::parse(msg).map_err(note_error)
+}
+
+fn note_error(e: NoteError) -> BundleError {
+    match e {
+        NoteError::MissingSignatureBlock => BundleError::Unsigned,
+        other => BundleError::MalformedNote(other.to_string()),
     }
-    let split = msg.rfind("\n\n").ok_or(BundleError::Unsigned)?;
-    let text = &msg[..split + 1];
-    let sigs = &msg[split + 2..];
-    if sigs.is_empty() {
-        return Err(BundleError::Unsigned);
-    }
-    if !sigs.ends_with('\n') {
-        return Err(bad("signature block must end with a newline"));
-    }
-    let mut signatures = Vec::new();
-    for line in sigs[..sigs.len() - 1].split('\n') {
-        let rest = line
-            .strip_prefix(SIG_PREFIX)
-            .ok_or_else(|| bad("signature lines start with an em dash and a space"))?;
-        let (name, b64) = rest
-            .split_once(' ')
-            .ok_or_else(|| bad("signature line is '— name base64'"))?;
-        if !valid_key_name(name) || b64.contains(' ') {
-            return Err(bad("signature line has an invalid key name"));
-        }
-        let blob = B64
-            .decode(b64)
-            .map_err(|_| bad("signature is not base64"))?;
-        if blob.len() < 5 {
-            return Err(bad("signature is too short"));
-        }
-        signatures.push(NoteSignature {
-            name: name.to_string(),
-            id: u32::from_be_bytes([blob[0], blob[1], blob[2], blob[3]]),
-            sig: blob[4..].to_vec(),
-        });
-        if signatures.len() > MAX_SIGNATURES {
-            return Err(bad("too many signatures"));
-        }
-    }
-    Ok(Note {
-        text: text.to_string(),
-        signatures,
-    })
 }
 
 /// Signs note text (which must end in a newline), producing the full signed note.
 pub fn sign_note(text: &str, key: &SignerKey) -> Result<String, BundleError> {
-    if text.is_empty() || !text.ends_with('\n') || text.chars().any(|c| c < ' ' && c != '\n') {
-        return Err(BundleError::MalformedNote(
-            "note text must be non-empty, end in a newline and contain no control characters"
-                .into(),
-        ));
-    }
-    let sig = key.key.sign(text.as_bytes());
-    let mut blob = key.id.to_be_bytes().to_vec();
-    blob.extend_from_slice(&sig.to_bytes());
-    Ok(format!(
-        "{text}\n{SIG_PREFIX}{} {}\n",
-        key.name,
-        B64.encode(blob)
-    ))
+    note::sign(text, &key.inner).map_err(|e| BundleError::MalformedNote(e.to_string()))
 }
 
 /// Verifies that `note` carries a valid signature by `key` and returns its text.
-pub fn verify_note(note: &[u8], key: &VerifierKey) -> Result<String, BundleError> {
-    let n = parse_note(note)?;
-    let mine = n
-        .signatures
-        .iter()
-        .find(|s| s.name == key.name && s.id == key.id);
-    let Some(s) = mine else {
-        let names: Vec<&str> = n.signatures.iter().map(|s| s.name.as_str()).collect();
-        return Err(BundleError::NotSignedByAuthority(
-            key.name.clone(),
-            names.join(", "),
-        ));
-    };
-    let sig =
-        Signature::from_slice(&s.sig).map_err(|_| BundleError::BadSignature(key.name.clone()))?;
-    key.key
-        .verify(n.text.as_bytes(), &sig)
-        .map_err(|_| BundleError::BadSignature(key.name.clone()))?;
-    Ok(n.text)
+pub fn verify_note(msg: &[u8], key: &VerifierKey) -> Result<String, BundleError> {
+    if msg.len() > MAX_NOTE_BYTES {
+        return Err(BundleError::MalformedNote("note is too large".into()));
+    }
+    match note::open(msg, std::slice::from_ref(&key.inner)) {
+        Ok(opened) => Ok(opened.text),
+        Err(NoteError::NoKnownSignature { signers }) => {
+            // Signers are `name+keyid`; names cannot contain '+'.
+            let names: Vec<&str> = signers
+                .iter()
+                .map(|s| s.split('+').next().unwrap_or(s))
+                .collect();
+            Err(BundleError::NotSignedByAuthority(
+                key.name().to_string(),
+                names.join(", "),
+            ))
+        }
+        Err(NoteError::BadSignature { .. }) => {
+            Err(BundleError::BadSignature(key.name().to_string()))
+        }
+        Err(e) => Err(note_error(e)),
+    }
 }
 
 /// The policy active on a node, for rollback protection.
