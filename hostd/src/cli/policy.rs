@@ -492,8 +492,7 @@ fn keygen(name: &str, out: &Path) -> Outcome {
         }
     }
     let encoded = key.encode();
-    let key_line = Zeroizing::new(format!("{}\n", encoded.as_str()));
-    if let Err(e) = write_new(&key_path, key_line.as_bytes(), 0o600) {
+    if let Err(e) = crate::keys::write_new_private(&key_path, encoded.as_bytes()) {
         return Outcome::usage(format!("error: cannot write {}: {e}\n", key_path.display()));
     }
     let vkey = key.verifier().encode();
