@@ -13,7 +13,7 @@
 //! | instance-identity | signature, enrollment, nonce, age all fine | — | malformed (97), bad signature, unknown authority (97), revoked, enrollment expired / not yet valid, nonce wrong / unknown / expired / reused, evidence stale or from the future |
 //! | executables | every non-configuration reference measurement equal | — | missing or different |
 //! | configuration | `cmdline`, `config`, `*.config`, `policy*` measurements equal | — | missing or different |
-//! | hardware | every GPU report verified and matching its RIMs | GPU not attestable (no report), no RIM for its VBIOS/driver version | fewer GPUs than required, report missing when required, chain/signature/FWID/nonce failure, untrusted root (97), RIM mismatch, claims disagree with the signed report |
+//! | hardware | every GPU report verified and matching its RIMs | GPU not attestable (no report), no RIM for its VBIOS/driver version, RIM signer not valid now | fewer GPUs than required, report missing when required, chain/signature/FWID/nonce failure, untrusted root (97), RIM mismatch, claims disagree with the signed report |
 
 use crate::canonical::CanonicalError;
 use crate::ear::{
@@ -245,6 +245,20 @@ impl Acc {
         }
     }
 
+    /// Fold in a sub-appraisal (one GPU's): each claim takes the worse value.
+    fn merge(&mut self, other: Acc) {
+        let tv = other.tv;
+        for (c, v) in [
+            (Claim::InstanceIdentity, tv.instance_identity),
+            (Claim::Configuration, tv.configuration),
+            (Claim::Executables, tv.executables),
+            (Claim::Hardware, tv.hardware),
+        ] {
+            self.raise(c, v);
+        }
+        self.reasons.extend(other.reasons);
+    }
+
     fn fail(&mut self, c: Claim, value: i8, code: &str, detail: impl Into<String>) {
         self.raise(c, value);
         self.reasons.push(Reason {
@@ -267,6 +281,15 @@ impl Verifier {
             return Err(VerifierError::Config(
                 "reference manifest has no measurements".into(),
             ));
+        }
+        for rim in &config.reference.gpu_rims {
+            if rim.signer().is_none() {
+                return Err(VerifierError::Config(format!(
+                    "RIM {} ({}) has no verified signature: reference values must come from \
+                     Rim::parse_verified",
+                    rim.tag_id, rim.colloquial_version
+                )));
+            }
         }
         for (i, root) in config.nvidia_roots.iter().enumerate() {
             crate::nvidia::chain::CertChain::from_der_list(std::slice::from_ref(root))
@@ -518,8 +541,8 @@ impl Verifier {
                 ),
             );
         }
-        for gpu in &claims.submods {
-            self.appraise_gpu(gpu, expected_nonce, &node_pk, now, acc);
+        for gpu_acc in self.appraise_gpus(&claims.submods, expected_nonce, &node_pk, now) {
+            acc.merge(gpu_acc);
         }
 
         node_ok.then(|| NodeIdentity {
@@ -528,6 +551,61 @@ impl Verifier {
             node_name: enrollment.claims.node_name.clone(),
             jurisdiction: enrollment.claims.jurisdiction.clone(),
             facility: enrollment.claims.facility.clone(),
+        })
+    }
+
+    /// Each GPU report costs a P-384 signature check (about 1.5 ms on one core), so a node
+    /// with several GPUs is appraised on up to `available_parallelism` threads. Results come
+    /// back in submodule order, so the signed result does not depend on scheduling.
+    fn appraise_gpus(
+        &self,
+        gpus: &[GpuClaims],
+        expected_nonce: &[u8; 32],
+        node_pk: &[u8; 32],
+        now: u64,
+    ) -> Vec<Acc> {
+        let one = |gpu: &GpuClaims| {
+            let mut a = Acc::default();
+            self.appraise_gpu(gpu, expected_nonce, node_pk, now, &mut a);
+            a
+        };
+        let with_reports = gpus.iter().filter(|g| g.report.is_some()).count();
+        let workers = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(with_reports);
+        if workers <= 1 {
+            return gpus.iter().map(one).collect();
+        }
+        let per_worker = gpus.len().div_ceil(workers);
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = gpus
+                .chunks(per_worker)
+                .map(|chunk| {
+                    (
+                        chunk,
+                        scope.spawn(move || chunk.iter().map(one).collect::<Vec<_>>()),
+                    )
+                })
+                .collect();
+            let mut out = Vec::with_capacity(gpus.len());
+            for (chunk, handle) in handles {
+                match handle.join() {
+                    Ok(accs) => out.extend(accs),
+                    // Never expected; if an appraisal thread panicked, its GPUs are not
+                    // vouched for, and the result says so instead of losing the appraisal.
+                    Err(_) => out.extend(chunk.iter().map(|gpu| {
+                        let mut a = Acc::default();
+                        a.fail(
+                            Claim::Hardware,
+                            tier::CONTRAINDICATED,
+                            "gpu-appraisal-failed",
+                            format!("{}: appraisal failed internally", gpu.uuid),
+                        );
+                        a
+                    })),
+                }
+            }
+            out
         })
     }
 
@@ -617,21 +695,38 @@ impl Verifier {
         let mut rim_problem = false;
         for (kind, version) in [("VBIOS", vbios), ("driver", driver)] {
             let Some(version) = version else { continue };
-            let rims: Vec<&Rim> = self
+            let (rims, expired): (Vec<&Rim>, Vec<&Rim>) = self
                 .config
                 .reference
                 .gpu_rims
                 .iter()
                 .filter(|r| r.colloquial_version.eq_ignore_ascii_case(&version))
-                .collect();
+                .partition(|r| {
+                    r.signer()
+                        .is_some_and(|s| s.valid_from <= now && now <= s.valid_until)
+                });
             if rims.is_empty() {
                 rim_problem = true;
-                acc.fail(
-                    Hardware,
-                    tier::WARNING,
-                    "gpu-rim-unavailable",
-                    format!("{uuid}: no {kind} RIM for version {version}"),
-                );
+                if expired.is_empty() {
+                    acc.fail(
+                        Hardware,
+                        tier::WARNING,
+                        "gpu-rim-unavailable",
+                        format!("{uuid}: no {kind} RIM for version {version}"),
+                    );
+                } else {
+                    // A reference whose signer is no longer valid is not a reference: the
+                    // GPU may be fine, but nothing current vouches for its measurements.
+                    acc.fail(
+                        Hardware,
+                        tier::WARNING,
+                        "gpu-rim-expired",
+                        format!(
+                            "{uuid}: the {kind} RIM for version {version} is signed by a \
+                             certificate that is not valid now; fetch a current RIM"
+                        ),
+                    );
+                }
             }
             for rim in rims {
                 let cmp = rim.compare(&parsed);

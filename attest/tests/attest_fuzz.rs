@@ -108,6 +108,12 @@ proptest! {
         if text.is_char_boundary(start) && text.is_char_boundary(end) {
             let mutated = format!("{}{}{}", &text[..start], filler, &text[end..]);
             let _ = Rim::parse(&mutated);
+            // Whatever the edit, a RIM that still verifies says exactly what was signed.
+            if let Ok(rim) = Rim::parse_verified(&mutated, &sample_rim_root(), 1_717_200_000) {
+                let original = Rim::parse(&text).unwrap();
+                prop_assert_eq!(rim.measurements, original.measurements);
+                prop_assert_eq!(rim.colloquial_version, original.colloquial_version);
+            }
         }
     }
 
@@ -115,6 +121,22 @@ proptest! {
     fn cert_parser_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..1200)) {
         let _ = CertChain::from_der_list(std::slice::from_ref(&bytes)).map(|c| c.verify(&[bytes], 0));
     }
+}
+
+/// NVIDIA's RIM root, the last certificate in the sample RIM's KeyInfo.
+fn sample_rim_root() -> Vec<Vec<u8>> {
+    use base64::Engine as _;
+    let text = sample_rim();
+    let last = text.rsplit("<ds:X509Certificate>").next().unwrap();
+    let b64: String = last
+        .split("</ds:X509Certificate>")
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    vec![base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .unwrap()]
 }
 
 /// A valid document for the mutation property below.

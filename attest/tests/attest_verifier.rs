@@ -8,7 +8,7 @@ use attest::evidence::{
 };
 use attest::identity::{EnrollmentAuthority, EnrollmentCertificate, EnrollmentClaims, NodeKey};
 use attest::manifest::{ImageManifest, ManifestError, SignedImageManifest};
-use attest::nvidia::sim::{ReportSpec, SimGpu};
+use attest::nvidia::sim::{ReportSpec, SimGpu, SimRimSigner};
 use attest::rim::Rim;
 use attest::verifier::{NonceError, NonceRegistry, ReferenceValues, Verifier, VerifierConfig};
 use ed25519_dalek::{Signer, SigningKey};
@@ -82,6 +82,26 @@ fn sim_gpu() -> &'static SimGpu {
     GPU.get_or_init(|| SimGpu::new(b"gpu-0", NOW - 400 * DAY, NOW + 3650 * DAY).unwrap())
 }
 
+/// The simulated RIM publisher (valid around NOW) and one whose certificates expired.
+fn rim_signer(expired: bool) -> &'static SimRimSigner {
+    static VALID: std::sync::OnceLock<SimRimSigner> = std::sync::OnceLock::new();
+    static EXPIRED: std::sync::OnceLock<SimRimSigner> = std::sync::OnceLock::new();
+    if expired {
+        EXPIRED.get_or_init(|| {
+            SimRimSigner::new(b"rim-old", NOW - 800 * DAY, NOW - 400 * DAY).unwrap()
+        })
+    } else {
+        VALID.get_or_init(|| SimRimSigner::new(b"rim", NOW - 400 * DAY, NOW + 3650 * DAY).unwrap())
+    }
+}
+
+/// A RIM signed by `signer` and loaded, at `at`, the only way reference values may be:
+/// verified.
+fn signed_rim(signer: &SimRimSigner, at: u64, xml: &str) -> Rim {
+    let signed = signer.sign(xml).unwrap();
+    Rim::parse_verified(&signed, &[signer.root_der().to_vec()], at).unwrap()
+}
+
 fn enrollment_claims(node: &NodeKey, not_before: u64, not_after: u64) -> EnrollmentClaims {
     EnrollmentClaims {
         node_public_key: node.public_key(),
@@ -112,16 +132,20 @@ fn fx() -> Fx {
 
 impl Fx {
     fn rims(&self) -> Vec<Rim> {
+        let signer = rim_signer(false);
         vec![
-            Rim::parse(&rim_xml(
-                VBIOS,
-                &[
-                    (0, vec![gpu_value(1)]),
-                    (1, vec![vec![0; 48], gpu_value(2)]),
-                ],
-            ))
-            .unwrap(),
-            Rim::parse(&rim_xml(DRIVER, &[(2, vec![gpu_value(3)])])).unwrap(),
+            signed_rim(
+                signer,
+                NOW,
+                &rim_xml(
+                    VBIOS,
+                    &[
+                        (0, vec![gpu_value(1)]),
+                        (1, vec![vec![0; 48], gpu_value(2)]),
+                    ],
+                ),
+            ),
+            signed_rim(signer, NOW, &rim_xml(DRIVER, &[(2, vec![gpu_value(3)])])),
         ]
     }
 
@@ -908,4 +932,101 @@ fn duplicate_gpu_uuids_are_malformed() {
         .appraise(&bytes, &nonce, NOW, &mut issued(nonce))
         .unwrap();
     assert_contra(&ar, "evidence-malformed");
+}
+
+#[test]
+fn reference_rims_must_be_signature_verified() {
+    let f = fx();
+    let mut cfg = f.config(1);
+    let unsigned = Rim::parse(&rim_xml(DRIVER, &[(2, vec![gpu_value(3)])])).unwrap();
+    cfg.reference.gpu_rims.push(unsigned);
+    let err = Verifier::new(cfg).unwrap_err().to_string();
+    assert!(err.contains("no verified signature"), "{err}");
+    // Signed but only parsed, not verified: refused as well.
+    let mut cfg = f.config(1);
+    let signed = rim_signer(false)
+        .sign(&rim_xml(DRIVER, &[(2, vec![gpu_value(3)])]))
+        .unwrap();
+    cfg.reference.gpu_rims.push(Rim::parse(&signed).unwrap());
+    assert!(Verifier::new(cfg).is_err());
+}
+
+#[test]
+fn rim_signed_by_an_expired_certificate_is_no_reference() {
+    let f = fx();
+    let nonce = [0x5a; 32];
+    let mut cfg = f.config(1);
+    cfg.reference
+        .gpu_rims
+        .retain(|r| r.colloquial_version != DRIVER);
+    // Verified when its signer was valid (a year and a half ago), used today.
+    let old = rim_signer(true);
+    cfg.reference.gpu_rims.push(signed_rim(
+        old,
+        NOW - 500 * DAY,
+        &rim_xml(DRIVER, &[(2, vec![gpu_value(3)])]),
+    ));
+    let ar = Verifier::new(cfg)
+        .unwrap()
+        .appraise(
+            &f.evidence(nonce, NOW, true),
+            &nonce,
+            NOW,
+            &mut issued(nonce),
+        )
+        .unwrap();
+    assert_eq!(ar.status(), Status::Warning, "{:?}", ar.result.reasons);
+    assert_eq!(codes(&ar), vec!["gpu-rim-expired"]);
+}
+
+#[test]
+fn several_gpus_are_appraised_in_submodule_order_and_deterministically() {
+    let f = fx();
+    let nonce = [0x5b; 32];
+    let uuids: Vec<String> = (0..6)
+        .map(|i| format!("GPU-00000000-0000-0000-0000-00000000000{i}"))
+        .collect();
+    let gpus: Vec<GpuClaims> = uuids
+        .iter()
+        .enumerate()
+        .map(|(i, uuid)| {
+            let mut n = gpu_nonce(&nonce, uuid, &f.node.public_key());
+            if i == 1 || i == 4 {
+                n[0] ^= 1; // these two answer the wrong nonce
+            }
+            let mut g = f.gpu_claims_with(&f.report_spec(n));
+            g.uuid = uuid.clone();
+            g
+        })
+        .collect();
+    let bytes = Evidence::sign(f.claims(nonce, NOW, gpus), &f.node)
+        .unwrap()
+        .to_bytes()
+        .unwrap();
+    let v = f.verifier(6);
+    let a = v.appraise(&bytes, &nonce, NOW, &mut issued(nonce)).unwrap();
+    let b = v.appraise(&bytes, &nonce, NOW, &mut issued(nonce)).unwrap();
+    assert_eq!(a, b, "same evidence, same signed result");
+    assert_contra(&a, "gpu-nonce-mismatch");
+    let details: Vec<&str> = a.result.reasons.iter().map(|r| r.detail.as_str()).collect();
+    assert_eq!(details.len(), 2, "{details:?}");
+    assert!(details[0].starts_with(&uuids[1]), "{details:?}");
+    assert!(details[1].starts_with(&uuids[4]), "{details:?}");
+    // All six good: affirming.
+    let nonce = [0x5c; 32];
+    let gpus: Vec<GpuClaims> = uuids
+        .iter()
+        .map(|uuid| {
+            let mut g =
+                f.gpu_claims_with(&f.report_spec(gpu_nonce(&nonce, uuid, &f.node.public_key())));
+            g.uuid = uuid.clone();
+            g
+        })
+        .collect();
+    let bytes = Evidence::sign(f.claims(nonce, NOW, gpus), &f.node)
+        .unwrap()
+        .to_bytes()
+        .unwrap();
+    let ar = v.appraise(&bytes, &nonce, NOW, &mut issued(nonce)).unwrap();
+    assert_eq!(ar.status(), Status::Affirming, "{:?}", ar.result.reasons);
 }

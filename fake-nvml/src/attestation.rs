@@ -9,14 +9,15 @@
 //!   per GPU: each simulated GPU has a root of its own). The library also writes this bundle
 //!   to the path in `NVML_SIM_ATTEST_ROOT_OUT` at `nvmlInit`, when that variable is set.
 //! * [`rims`] — NVIDIA-style RIM SWID tags (one per VBIOS version, one per driver version)
-//!   whose golden values are the measurements the simulated GPUs report.
+//!   whose golden values are the measurements the simulated GPUs report, signed (XML-DSig,
+//!   as NVIDIA signs its RIMs) by a simulated RIM publisher whose root is [`rim_root_pem`].
 //!
 //! Measurement blocks: 1–4 are derived from the VBIOS version, 5–8 from the driver version
 //! (SHA-384 over a label, the version and the block index), so every GPU of a model under one
 //! driver reports the same values, as real boards do. RIM index `i` covers block `i + 1`.
 #![forbid(unsafe_code)]
 
-use attest::nvidia::sim::{ReportSpec, SimError, SimGpu};
+use attest::nvidia::sim::{ReportSpec, SimError, SimGpu, SimRimSigner};
 use sha2::{Digest, Sha256, Sha384};
 
 use crate::config::SimConfig;
@@ -43,6 +44,18 @@ pub fn device_seed(seed: &str, index: u32) -> Vec<u8> {
 /// The simulated attestation identity of device `index`.
 pub fn sim_gpu(seed: &str, index: u32) -> Result<SimGpu, SimError> {
     SimGpu::new(&device_seed(seed, index), NOT_BEFORE, NOT_AFTER)
+}
+
+/// The simulated publisher that signs this fleet's RIMs.
+pub fn rim_signer(seed: &str) -> Result<SimRimSigner, SimError> {
+    let mut s = b"nvml-sim/rim-signer/".to_vec();
+    s.extend_from_slice(seed.as_bytes());
+    SimRimSigner::new(&s, NOT_BEFORE, NOT_AFTER)
+}
+
+/// The root certificate RIMs from [`rims`] chain to, as PEM.
+pub fn rim_root_pem(config: &SimConfig) -> Result<String, SimError> {
+    Ok(pem(rim_signer(&config.seed)?.root_der()))
 }
 
 /// The 8 bytes of opaque field 6 for a printed VBIOS version `AA.BB.CC.DD.EE` (hex): the
@@ -158,8 +171,10 @@ fn rim_xml(kind: &str, product: &str, version: &str, blocks: &[(u8, Vec<u8>)]) -
 }
 
 /// RIMs for the fleet `config` describes: one per distinct VBIOS version of a CC-capable
-/// model and one for the driver, as `(file name, SWID tag XML)`.
-pub fn rims(config: &SimConfig) -> Vec<(String, String)> {
+/// model and one for the driver, as `(file name, SWID tag XML)`, each signed by
+/// [`rim_signer`].
+pub fn rims(config: &SimConfig) -> Result<Vec<(String, String)>, SimError> {
+    let signer = rim_signer(&config.seed)?;
     let mut out: Vec<(String, String)> = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
     for m in config.gpus.iter().filter(|m| m.cc_capable) {
@@ -170,7 +185,7 @@ pub fn rims(config: &SimConfig) -> Vec<(String, String)> {
                 .collect();
             out.push((
                 format!("vbios-{}.swidtag", m.vbios),
-                rim_xml("VBIOS", m.name, m.vbios, &blocks),
+                signer.sign(&rim_xml("VBIOS", m.name, m.vbios, &blocks))?,
             ));
         }
     }
@@ -181,10 +196,15 @@ pub fn rims(config: &SimConfig) -> Vec<(String, String)> {
             .collect();
         out.push((
             format!("driver-{}.swidtag", config.driver_version),
-            rim_xml("driver", "NVIDIA driver", &config.driver_version, &blocks),
+            signer.sign(&rim_xml(
+                "driver",
+                "NVIDIA driver",
+                &config.driver_version,
+                &blocks,
+            ))?,
         ));
     }
-    out
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -228,15 +248,21 @@ mod tests {
         // Another nonce fails; another device's root alone does not anchor this chain.
         assert!(verify_report(&r, gpu.chain(), &roots, 1_800_000_000, &[8u8; 32]).is_err());
         assert!(verify_report(&r, gpu.chain(), &roots[..1], 1_800_000_000, &nonce).is_err());
-        let rims = rims(&c);
+        let rims = rims(&c).unwrap();
+        let rim_root = rim_signer(&c.seed).unwrap().root_der().to_vec();
+        assert!(rim_root_pem(&c).unwrap().contains("BEGIN CERTIFICATE"));
         assert_eq!(
             rims.len(),
             2,
             "one VBIOS RIM (one model) and one driver RIM"
         );
         for (_, xml) in &rims {
-            let rim = Rim::parse(xml).unwrap();
+            let rim =
+                Rim::parse_verified(xml, std::slice::from_ref(&rim_root), 1_800_000_000).unwrap();
+            assert!(rim.signer().is_some());
             assert!(rim.compare(&parsed).is_match(), "{}", rim.tag_id);
+            // The GPU roots do not vouch for RIMs.
+            assert!(Rim::parse_verified(xml, &roots, 1_800_000_000).is_err());
         }
         // Deterministic from the seed.
         let mut sim = crate::sim::Simulation::new(c.clone(), 0);

@@ -172,7 +172,8 @@ fn dev_key(dir: &Path, name: &str) -> Result<String> {
 /// * `verifier.key(.pub)`: a verifier key whose results the node accepts;
 /// * `release.key(.pub)` and `reference.json`: a signed image manifest with this `hostd`
 ///   binary and `hostd.toml` as reference measurements;
-/// * `nvidia-roots.pem` and `rims/`: what a verifier must trust to accept the simulated GPUs.
+/// * `nvidia-roots.pem`, `rims/` and `rim-root.pem`: what a verifier must trust to accept the
+///   simulated GPUs (their device roots, their signed RIMs, and the RIM publisher's root).
 fn prepare_attestation(dir: &Path, cfg: &Config) -> Result<()> {
     use attest::identity::{EnrollmentAuthority, EnrollmentClaims};
     crate::daemon::ensure_state_dir(&cfg.state.dir)?;
@@ -238,7 +239,12 @@ fn prepare_attestation(dir: &Path, cfg: &Config) -> Result<()> {
         std::fs::remove_dir_all(&rims).context("clearing rims/")?;
     }
     std::fs::create_dir_all(&rims).context("creating rims/")?;
-    for (name, xml) in nvidia_ml_sim::attestation::rims(&sim) {
+    let rim_root = nvidia_ml_sim::attestation::rim_root_pem(&sim)
+        .map_err(|e| anyhow::anyhow!("simulated RIM publisher: {e}"))?;
+    std::fs::write(dir.join("rim-root.pem"), rim_root).context("writing rim-root.pem")?;
+    let signed_rims = nvidia_ml_sim::attestation::rims(&sim)
+        .map_err(|e| anyhow::anyhow!("signing the simulated GPUs' RIMs: {e}"))?;
+    for (name, xml) in signed_rims {
         std::fs::write(rims.join(&name), xml).with_context(|| format!("writing rims/{name}"))?;
     }
     Ok(())
@@ -306,7 +312,7 @@ Dev PKI, config and state are in {d}/. In another terminal, try:
 With simulated CC GPUs (`hostd dev --gpus H100:4 --cc on`), appraise the node's attestation:
 
   sovctl --profile {d}/operator attest --nonce-random --reference {d}/reference.json \
-    --nvidia-root {d}/nvidia-roots.pem --rim {d}/rims \
+    --nvidia-root {d}/nvidia-roots.pem --rim {d}/rims --rim-root {d}/rim-root.pem \
     --enrollment-authority {d}/enrollment-authority.key.pub
 
 (`cargo run --release --bin sovctl -- ...` works where sovctl is not on PATH.)

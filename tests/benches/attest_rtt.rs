@@ -47,6 +47,7 @@ fn scenario(gpus: &str) {
         // A node without GPUs has no GPU roots to trust.
         nvidia_root: d("nvidia-roots.pem").filter(|_| gpus != "none"),
         rims: vec![node.dir.join("rims")],
+        rim_root: d("rim-root.pem").filter(|_| gpus != "none"),
         enrollment_authority: d("enrollment-authority.key.pub"),
         min_gpus: 0,
         require_gpu_reports: true,
@@ -55,7 +56,11 @@ fn scenario(gpus: &str) {
         nonce_log: None,
         result_out: None,
     };
-    let verifier = build_verifier(&trust).expect("verifier from the dev node's files");
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let verifier = build_verifier(&trust, now).expect("verifier from the dev node's files");
     let mut registry = NonceRegistry::new(300);
     let rt = node.rt();
     let client = rt.block_on(node.client("operator")).expect("client");

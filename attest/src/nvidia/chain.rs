@@ -154,6 +154,14 @@ impl CertChain {
         &self.ders
     }
 
+    /// The leaf certificate's subject, as an RFC 4514 string.
+    pub fn leaf_subject(&self) -> String {
+        self.certs
+            .first()
+            .map(|c| c.tbs_certificate.subject.to_string())
+            .unwrap_or_default()
+    }
+
     /// Number of certificates.
     pub fn len(&self) -> usize {
         self.certs.len()

@@ -39,6 +39,9 @@ pub enum SimError {
     /// A field does not fit the SPDM layout.
     #[error("layout: {0}")]
     Layout(&'static str),
+    /// A RIM to sign does not parse.
+    #[error("RIM: {0}")]
+    Rim(#[from] crate::rim::RimError),
 }
 
 /// What to put in a simulated report.
@@ -180,6 +183,56 @@ fn fwid_extension(issuer_key: &SigningKey, fwid: &[u8; 48]) -> Result<Extension,
         critical: false,
         extn_value: OctetString::new(value)?,
     })
+}
+
+/// A simulated RIM publisher: a root and the leaf that signs RIMs, NVIDIA's RIM PKI in
+/// miniature, so tests and dev nodes check RIM signatures exactly as production does.
+pub struct SimRimSigner {
+    key: SigningKey,
+    chain: Vec<Vec<u8>>,
+}
+
+impl std::fmt::Debug for SimRimSigner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SimRimSigner({} certificates)", self.chain.len())
+    }
+}
+
+impl SimRimSigner {
+    /// Build the signer's chain (root → leaf), valid from `not_before` to `not_after`,
+    /// deterministically from `seed`.
+    pub fn new(seed: &[u8], not_before: u64, not_after: u64) -> Result<Self, SimError> {
+        let root_key = derive_key(seed, "rim-root")?;
+        let key = derive_key(seed, "rim-signer")?;
+        let root_name = name("CN=Simulated RIM Signing Root,O=Sovereign Host Test")?;
+        let leaf_name = name("CN=Simulated RIM Signer,O=Sovereign Host Test")?;
+        let v = (not_before, not_after);
+        let root = issue(
+            1,
+            &root_name,
+            &root_key,
+            &root_name,
+            &root_key,
+            true,
+            vec![],
+            v,
+        )?;
+        let leaf = issue(2, &leaf_name, &key, &root_name, &root_key, false, vec![], v)?;
+        Ok(Self {
+            key,
+            chain: vec![leaf, root],
+        })
+    }
+
+    /// The root a verifier must be configured with to accept RIMs signed here.
+    pub fn root_der(&self) -> &[u8] {
+        &self.chain[self.chain.len() - 1]
+    }
+
+    /// `xml` with an enveloped XML-DSig signature in NVIDIA's profile (see [`crate::rim`]).
+    pub fn sign(&self, xml: &str) -> Result<String, SimError> {
+        Ok(crate::rim::sign_enveloped(xml, &self.key, &self.chain)?)
+    }
 }
 
 impl SimGpu {

@@ -66,9 +66,14 @@ pub struct TrustArgs {
     /// NVIDIA device root certificates (PEM; several allowed in one file).
     #[arg(long)]
     pub nvidia_root: Option<PathBuf>,
-    /// NVIDIA RIM files (VBIOS and driver `.swidtag`), or folders of them.
+    /// NVIDIA RIM files (VBIOS and driver `.swidtag`), or folders of them. Each must carry a
+    /// valid XML-DSig signature chaining to `--rim-root`.
     #[arg(long = "rim")]
     pub rims: Vec<PathBuf>,
+    /// Root certificate(s) of the RIM publisher (PEM; NVIDIA's "NVIDIA CoRIM signing Root
+    /// CA" in production). Required with `--rim`.
+    #[arg(long)]
+    pub rim_root: Option<PathBuf>,
     /// Enrollment authority public key (`KEY.pub`) whose certificates are trusted.
     #[arg(long)]
     pub enrollment_authority: Option<PathBuf>,
@@ -254,7 +259,9 @@ pub fn read_pem_certs(path: &Path) -> Result<Vec<Vec<u8>>, String> {
     Ok(out)
 }
 
-fn read_rims(paths: &[PathBuf]) -> Result<Vec<Rim>, String> {
+/// RIMs from files and folders, each signature-verified against `roots` at `now`: a RIM
+/// that does not verify is an error naming the file, never a silently weaker reference.
+fn read_rims(paths: &[PathBuf], roots: &[Vec<u8>], now: u64) -> Result<Vec<Rim>, String> {
     let mut files = Vec::new();
     for p in paths {
         if p.is_dir() {
@@ -273,13 +280,13 @@ fn read_rims(paths: &[PathBuf]) -> Result<Vec<Rim>, String> {
         .iter()
         .map(|f| {
             let text = std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?;
-            Rim::parse(&text).map_err(|e| format!("{}: {e}", f.display()))
+            Rim::parse_verified(&text, roots, now).map_err(|e| format!("{}: {e}", f.display()))
         })
         .collect()
 }
 
-/// The verifier `t` describes.
-pub fn build_verifier(t: &TrustArgs) -> Result<Verifier, String> {
+/// The verifier `t` describes, with RIM signatures checked as of `now` (the appraisal time).
+pub fn build_verifier(t: &TrustArgs, now: u64) -> Result<Verifier, String> {
     let reference_path = t
         .reference
         .as_ref()
@@ -293,7 +300,17 @@ pub fn build_verifier(t: &TrustArgs) -> Result<Verifier, String> {
         None => vec![attest::identity::verifying_key(&manifest.release_key)
             .map_err(|e| format!("{}: {e}", reference_path.display()))?],
     };
-    let rims = read_rims(&t.rims)?;
+    let rim_roots =
+        match (&t.rim_root, t.rims.is_empty()) {
+            (Some(p), _) => read_pem_certs(p)?,
+            (None, true) => Vec::new(),
+            (None, false) => return Err(
+                "--rim-root ROOT.pem is required with --rim: RIM signatures are verified up to \
+                 the RIM publisher's root"
+                    .into(),
+            ),
+        };
+    let rims = read_rims(&t.rims, &rim_roots, now)?;
     let reference = ReferenceValues::from_signed_manifest(&manifest, &release_keys, rims)
         .map_err(|e| format!("{}: {e}", reference_path.display()))?;
     let authority = t
@@ -336,7 +353,7 @@ fn appraise(
     nonce: [u8; 32],
     now: u64,
 ) -> Result<AttestationResult, Fail> {
-    let verifier = build_verifier(t).map_err(usage)?;
+    let verifier = build_verifier(t, now).map_err(usage)?;
     let mut registry = NonceRegistry::new(t.max_age.max(1));
     registry
         .issue(nonce, now)
@@ -467,7 +484,7 @@ async fn fetch_and_appraise(client: Client, f: FetchArgs, json_out: bool) -> Res
         (None, false) => return Err(usage("pass --nonce HEX or --nonce-random")),
     };
     // Check the trust inputs before bothering the node.
-    build_verifier(&f.trust).map_err(usage)?;
+    build_verifier(&f.trust, unix_now()).map_err(usage)?;
     let (status, body) = client
         .post("/v1/attestation", &json!({ "nonce": hex::encode(nonce) }))
         .await

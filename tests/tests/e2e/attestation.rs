@@ -16,6 +16,7 @@ fn trust(node: &DevNode) -> Vec<String> {
         ("--reference", d("reference.json")),
         ("--nvidia-root", d("nvidia-roots.pem")),
         ("--rim", d("rims")),
+        ("--rim-root", d("rim-root.pem")),
         ("--enrollment-authority", d("enrollment-authority.key.pub")),
     ]
     .into_iter()
@@ -161,6 +162,48 @@ fn cc_node_attests_affirming_with_derived_gpu_nonces_and_refuses_replay_and_tamp
     );
     assert_eq!(out.status.code(), Some(1));
     assert!(reasons(&status_of(&out)).contains(&"gpu-root-untrusted".into()));
+
+    // RIMs are reference values only with a valid signature up to the RIM root.
+    let without_root: Vec<String> = {
+        let i = t.iter().position(|a| a == "--rim-root").unwrap();
+        [&t[..i], &t[i + 2..]].concat()
+    };
+    let out = sovctl(
+        &node,
+        "",
+        &["attest", "verify", ev, "--nonce", &nonce],
+        &without_root,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--rim-root"));
+    let rims = tmp(&node, "tampered-rims");
+    std::fs::create_dir_all(&rims).unwrap();
+    let original = std::fs::read_dir(node.dir.join("rims"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().contains("driver-"))
+        .expect("a driver RIM");
+    let xml = std::fs::read_to_string(&original).unwrap();
+    // Accept any value at every index: the tamperer's dream, refused for its broken digest.
+    let loosened = xml.replacen("active=\"True\"", "active=\"False\"", 1);
+    assert_ne!(loosened, xml);
+    let tampered_rim = rims.join("driver.swidtag");
+    std::fs::write(&tampered_rim, loosened).unwrap();
+    let mut with_tampered = t.clone();
+    let i = with_tampered.iter().position(|a| a == "--rim").unwrap();
+    with_tampered[i + 1] = tampered_rim.to_string_lossy().into_owned();
+    let out = sovctl(
+        &node,
+        "",
+        &["attest", "verify", ev, "--nonce", &nonce],
+        &with_tampered,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("driver.swidtag") && err.contains("digest mismatch"),
+        "{err}"
+    );
 
     // Tenants may attest only a node they lease.
     create_tenants(&node);
