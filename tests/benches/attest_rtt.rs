@@ -46,7 +46,7 @@ fn scenario(gpus: &str) {
         release_key: None,
         // A node without GPUs has no GPU roots to trust.
         nvidia_root: d("nvidia-roots.pem").filter(|_| gpus != "none"),
-        rims: vec![node.dir.join("rims")],
+        rims: d("rims").filter(|_| gpus != "none").into_iter().collect(),
         rim_root: d("rim-root.pem").filter(|_| gpus != "none"),
         enrollment_authority: d("enrollment-authority.key.pub"),
         min_gpus: 0,
@@ -111,7 +111,7 @@ fn scenario(gpus: &str) {
 
 fn main() {
     // `cargo bench` passes --bench; nothing to parse.
-    for gpus in ["none", "H100:1", "H100:4"] {
+    for gpus in ["none", "H100:1", "H100:4", "H100:8"] {
         scenario(gpus);
     }
 }
