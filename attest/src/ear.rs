@@ -129,6 +129,17 @@ pub struct NodeIdentity {
     pub facility: String,
 }
 
+/// The release the node was found to run: the reference manifest whose executable
+/// measurements all matched the evidence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImageReference {
+    /// Manifest name.
+    pub name: String,
+    /// Manifest version: what residency rules with `min_image_version` compare against.
+    pub version: String,
+}
+
 /// The signed part of a result.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -154,6 +165,11 @@ pub struct AttestationClaims {
     /// The verifier's public key.
     #[serde(with = "hex_bytes::array")]
     pub verifier_key: [u8; 32],
+    /// The image release vouched for, present only when every executable measurement of the
+    /// reference manifest matched (absent from the encoding otherwise, so results made before
+    /// this field existed keep their bytes and signatures).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<ImageReference>,
 }
 
 /// A signed attestation result.

@@ -17,8 +17,8 @@
 
 use crate::canonical::CanonicalError;
 use crate::ear::{
-    tier, AttestationClaims, AttestationResult, NodeIdentity, Reason, Status, TrustVector,
-    EAR_PROFILE,
+    tier, AttestationClaims, AttestationResult, ImageReference, NodeIdentity, Reason, Status,
+    TrustVector, EAR_PROFILE,
 };
 use crate::evidence::{evidence_digest, gpu_nonce, Evidence, EvidenceError, GpuClaims, HexBytes};
 use crate::identity::{self, IdentityError};
@@ -386,6 +386,10 @@ impl Verifier {
             iat: now,
             node,
             verifier_key: self.config.signing_key.verifying_key().to_bytes(),
+            image: (acc.tv.executables == tier::AFFIRMING).then(|| ImageReference {
+                name: self.config.reference.image.name.clone(),
+                version: self.config.reference.image.version.clone(),
+            }),
         };
         claims.sign(&self.config.signing_key).map_err(|e| match e {
             crate::ear::EarError::Encoding(c) => VerifierError::Encoding(c),

@@ -311,6 +311,16 @@ fn happy_path_with_gpu_report_is_affirming() {
     let ar = v.appraise(&bytes, &nonce, NOW, &mut issued(nonce)).unwrap();
     assert_eq!(ar.status(), Status::Affirming, "{:?}", ar.result.reasons);
     assert_eq!(ar.result.trust_vector.hardware, tier::AFFIRMING);
+    // The release found running is named in the signed result, and survives encoding.
+    let image = ar.result.image.as_ref().expect("executables matched");
+    assert_eq!(
+        (image.name.as_str(), image.version.as_str()),
+        ("sovereign-host", "1.0.0")
+    );
+    let back = AttestationResult::from_bytes(&ar.to_bytes().unwrap()).unwrap();
+    assert_eq!(back, ar);
+    back.verify_result_signature(&[f.verifier_key.verifying_key()])
+        .unwrap();
 }
 
 #[test]
@@ -624,6 +634,18 @@ fn measurement_mismatch_and_missing_are_contraindicated() {
     assert_eq!(ar.result.trust_vector.executables, tier::CONTRAINDICATED);
     assert_eq!(ar.result.trust_vector.configuration, tier::CONTRAINDICATED);
     assert_eq!(ar.result.trust_vector.instance_identity, tier::AFFIRMING);
+    // No release is vouched for when executables differ; the field is then absent from the
+    // signed encoding, not null.
+    assert_eq!(ar.result.image, None);
+    let text = String::from_utf8(ar.to_bytes().unwrap()).unwrap();
+    assert!(!text.contains("\"image\""), "{text}");
+    // Only a configuration measurement differing still names the release.
+    let mut claims = f.claims(nonce, NOW, vec![]);
+    claims.measurements.insert("cmdline".into(), sha("debug"));
+    let bytes = Evidence::sign(claims, &f.node).unwrap().to_bytes().unwrap();
+    let ar = v.appraise(&bytes, &nonce, NOW, &mut issued(nonce)).unwrap();
+    assert_eq!(ar.result.trust_vector.configuration, tier::CONTRAINDICATED);
+    assert!(ar.result.image.is_some());
 }
 
 #[test]

@@ -70,6 +70,13 @@ pub struct Stats {
 }
 
 /// A pending ledger append and the state it commits, written before the append.
+/// The attestation facts residency rules are evaluated against.
+struct PolicyAttestation {
+    status: policy::AttestationStatus,
+    age_s: u64,
+    image_version: String,
+}
+
 #[derive(Debug, Serialize, Deserialize)]
 struct Intent {
     start: u64,
@@ -502,7 +509,7 @@ impl Node {
                 req.model
             ))
         })?;
-        let (attestation, evidence_age_s) = self.attestation_for_policy();
+        let attested = self.attestation_for_policy();
         let inventory = self.inventory()?;
         // CC mode of the GPUs this request could get: all of the model's healthy ones.
         let mut of_model = inventory
@@ -519,8 +526,9 @@ impl Node {
                 node_name: &self.cfg.node.name,
                 node_jurisdiction: &self.cfg.node.jurisdiction,
                 node_facility: &self.cfg.node.facility,
-                attestation,
-                evidence_age_s,
+                attestation: attested.status,
+                evidence_age_s: attested.age_s,
+                image_version: &attested.image_version,
                 cc_mode,
             })
             .map_err(NodeError::BadRequest)?;
@@ -850,14 +858,23 @@ impl Node {
 
     /// Status and age (seconds) of the latest result, as the policy's node requirements see
     /// them; no result (or one from the future) is `none`.
-    fn attestation_for_policy(&self) -> (policy::AttestationStatus, u64) {
+    /// What the policy learns from the latest verified attestation result: its status, its
+    /// age, and the image version the verifier vouched for. The version comes only from the
+    /// result (the reference manifest that matched), never from the node's own say-so; with
+    /// no result it is empty, and rules with `min_image_version` deny.
+    fn attestation_for_policy(&self) -> PolicyAttestation {
         use policy::AttestationStatus as P;
+        let none = PolicyAttestation {
+            status: P::None,
+            age_s: u64::MAX,
+            image_version: String::new(),
+        };
         let Some((_, r)) = self.latest_attestation() else {
-            return (P::None, u64::MAX);
+            return none;
         };
         let now = unix_now();
         if r.result.iat > now {
-            return (P::None, u64::MAX);
+            return none;
         }
         let status = match r.status() {
             Status::Affirming => P::Affirming,
@@ -865,7 +882,16 @@ impl Node {
             Status::Contraindicated => P::Contraindicated,
             Status::None => P::None,
         };
-        (status, now - r.result.iat)
+        PolicyAttestation {
+            status,
+            age_s: now - r.result.iat,
+            image_version: r
+                .result
+                .image
+                .as_ref()
+                .map(|i| i.version.clone())
+                .unwrap_or_default(),
+        }
     }
 
     fn load_latest_attestation(&self) -> Result<(), NodeError> {

@@ -26,6 +26,8 @@ pub struct PlaceRequest<'a> {
     pub evidence_age_s: u64,
     /// Whether the GPUs the request would use run in confidential-computing mode.
     pub cc_mode: bool,
+    /// Image version vouched for by that result (empty when there is none).
+    pub image_version: &'a str,
 }
 
 /// The outcome, in the form the lease keeps and the API returns.
@@ -149,7 +151,7 @@ impl Residency {
                 attestation: req.attestation,
                 evidence_age_s: req.evidence_age_s,
                 cc_mode: req.cc_mode,
-                image_version: String::new(),
+                image_version: req.image_version.to_string(),
             },
         };
         let d = policy::decide(policy, &request);
@@ -182,4 +184,60 @@ fn installed(store: &Store) -> Result<Option<Installed>, ResidencyError> {
         version: u64::from_be_bytes(version),
         digest: PolicyDigest(digest),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tenant::{Tenant, TenantStatus};
+
+    fn dev_residency() -> Residency {
+        let policy = Policy::from_toml_str(include_str!("dev-policy.toml")).expect("dev policy");
+        Residency {
+            policy: Some(policy),
+        }
+    }
+
+    fn restricted(image_version: &str) -> PlaceDecision {
+        let tenant = Tenant {
+            id: "hyd-speech".into(),
+            name: "Hyderabad Speech Labs".into(),
+            jurisdiction: "IN-TG".into(),
+            contact: String::new(),
+            status: TenantStatus::Active,
+            created: "2026-12-03T00:00:00Z".into(),
+        };
+        dev_residency()
+            .check_place(&PlaceRequest {
+                tenant: &tenant,
+                classification: "restricted",
+                dataset: Some("telugu-asr-raw"),
+                node_name: "hyd-dev-01",
+                node_jurisdiction: "IN-TG",
+                node_facility: "HYD1",
+                attestation: policy::AttestationStatus::Affirming,
+                evidence_age_s: 60,
+                cc_mode: true,
+                image_version,
+            })
+            .expect("decision")
+    }
+
+    /// The image version reaches the policy: the dev rule for restricted data needs an
+    /// attested image of at least 0.1, and an unattested (empty) version is refused with a
+    /// reason naming it.
+    #[test]
+    fn restricted_placement_needs_an_attested_image_version() {
+        assert!(restricted("0.1.0").allowed);
+        assert!(restricted("1.4.2").allowed);
+        for refused in ["", "0.0.9"] {
+            let d = restricted(refused);
+            assert!(!d.allowed, "{refused:?} allowed");
+            assert!(
+                d.reasons.iter().any(|r| r.contains("image")),
+                "{refused:?}: {:?}",
+                d.reasons
+            );
+        }
+    }
 }

@@ -434,6 +434,7 @@ fn print_result(
         "nonce": hex::encode(r.eat_nonce),
         "evidence_digest": hex::encode(r.evidence_digest),
         "node": signed["result"]["node"],
+        "image": signed["result"]["image"],
         "reasons": signed["result"]["reasons"],
         "trust_vector": signed["result"]["trust_vector"],
         "gpus": gpu_summary(evidence),
@@ -454,6 +455,9 @@ fn print_result(
                 "node: {} in {} ({})",
                 n.node_name, n.jurisdiction, n.facility
             );
+        }
+        if let Some(i) = r.image.as_ref() {
+            println!("image: {} {}", i.name, i.version);
         }
         for g in v["gpus"].as_array().into_iter().flatten() {
             println!(

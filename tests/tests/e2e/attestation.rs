@@ -313,6 +313,9 @@ fn results_gate_placement_are_named_by_usage_and_gpu_events_are_recorded() {
     );
     let v = status_of(&out);
     assert_eq!(v["status"], "affirming");
+    // The verifier vouches for the release whose manifest matched: the dev reference manifest.
+    assert_eq!(v["image"]["name"], "hostd-dev", "{v:#}");
+    assert_eq!(v["image"]["version"], env!("CARGO_PKG_VERSION"), "{v:#}");
 
     // A result dated an hour ahead (a verifier with a wrong clock) is refused: it would block
     // every genuine result after it.
@@ -379,7 +382,9 @@ fn results_gate_placement_are_named_by_usage_and_gpu_events_are_recorded() {
     assert_eq!(refused.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&refused.stderr).contains("refused"));
 
-    // Now the restricted placement is allowed, and its usage names the attestation.
+    // Now the restricted placement is allowed (the dev policy's rule also needs an attested
+    // image of at least 0.1, which only the result's `image` can satisfy), and its usage
+    // names the attestation.
     let lease = json(&node.sovctl("hyd-speech", &restricted));
     let id = lease["id"].as_str().unwrap().to_string();
     let ended = json(&node.sovctl("hyd-speech", &["--json", "lease", "end", &id]));
