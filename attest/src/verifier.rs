@@ -581,32 +581,33 @@ impl Verifier {
             return gpus.iter().map(one).collect();
         }
         let per_worker = gpus.len().div_ceil(workers);
+        // Never expected; if an appraisal thread panicked, its GPUs are not vouched for, and
+        // the result says so instead of losing the appraisal.
+        let failed = |gpu: &GpuClaims| {
+            let mut a = Acc::default();
+            a.fail(
+                Claim::Hardware,
+                tier::CONTRAINDICATED,
+                "gpu-appraisal-failed",
+                format!("{}: appraisal failed internally", gpu.uuid),
+            );
+            a
+        };
+        let mut chunks = gpus.chunks(per_worker);
+        let own = chunks.next().unwrap_or_default();
         std::thread::scope(|scope| {
-            let handles: Vec<_> = gpus
-                .chunks(per_worker)
+            // The calling thread takes the first share itself rather than idling.
+            let handles: Vec<_> = chunks
                 .map(|chunk| {
-                    (
-                        chunk,
-                        scope.spawn(move || chunk.iter().map(one).collect::<Vec<_>>()),
-                    )
+                    let handle = scope.spawn(move || chunk.iter().map(one).collect::<Vec<_>>());
+                    (chunk, handle)
                 })
                 .collect();
-            let mut out = Vec::with_capacity(gpus.len());
+            let mut out: Vec<Acc> = own.iter().map(one).collect();
             for (chunk, handle) in handles {
                 match handle.join() {
                     Ok(accs) => out.extend(accs),
-                    // Never expected; if an appraisal thread panicked, its GPUs are not
-                    // vouched for, and the result says so instead of losing the appraisal.
-                    Err(_) => out.extend(chunk.iter().map(|gpu| {
-                        let mut a = Acc::default();
-                        a.fail(
-                            Claim::Hardware,
-                            tier::CONTRAINDICATED,
-                            "gpu-appraisal-failed",
-                            format!("{}: appraisal failed internally", gpu.uuid),
-                        );
-                        a
-                    })),
+                    Err(_) => out.extend(chunk.iter().map(failed)),
                 }
             }
             out

@@ -60,6 +60,7 @@ impl From<NodeError> for ApiError {
             NodeError::NotFound(m) => ApiError::new(StatusCode::NOT_FOUND, m),
             NodeError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, m),
             NodeError::Unavailable(m) => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, m),
+            NodeError::Busy(m) => ApiError::new(StatusCode::TOO_MANY_REQUESTS, m),
             NodeError::Denied {
                 policy_digest,
                 reasons,

@@ -25,7 +25,7 @@ use crate::tenant::{validate_id, NewTenant, Tenant, TenantStatus};
 use attest::ear::{AttestationResult, Status};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use tracing::{error, info, warn};
 
@@ -49,6 +49,9 @@ pub enum NodeError {
     },
     #[error("{0}")]
     Unavailable(String),
+    /// Too much of a bounded kind of work is in flight; the client should retry shortly.
+    #[error("{0}")]
+    Busy(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -101,6 +104,33 @@ pub struct Node {
     /// The latest attestation record (id, verified result); the one usage records point at
     /// and placements are checked against.
     latest_attestation: Mutex<Option<(u64, AttestationResult)>>,
+    /// Evidence collections in flight (bounded by [`MAX_CONCURRENT_ATTESTATIONS`]).
+    attestations_in_flight: AtomicUsize,
+}
+
+/// Evidence collections allowed at once. Each one asks every CC GPU for a signed report, which
+/// on real hardware is slow and serialised in the driver; any principal allowed to attest
+/// (a tenant with one lease included) must not be able to queue unbounded work on the GPUs.
+pub const MAX_CONCURRENT_ATTESTATIONS: usize = 4;
+
+/// A slot among [`MAX_CONCURRENT_ATTESTATIONS`], released on drop.
+struct InFlight<'a>(&'a AtomicUsize);
+
+impl<'a> InFlight<'a> {
+    fn try_enter(counter: &'a AtomicUsize, max: usize) -> Option<InFlight<'a>> {
+        counter
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| InFlight(counter))
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// How far in the future an attestation result's `iat` may be (clock skew), seconds.
@@ -247,6 +277,7 @@ impl Node {
             stats: Stats::default(),
             attester,
             latest_attestation: Mutex::new(None),
+            attestations_in_flight: AtomicUsize::new(0),
         };
         node.recover()?;
         node.load_latest_attestation()?;
@@ -836,6 +867,13 @@ impl Node {
                 self.cfg.state.dir.join(crate::attestation::NODE_PUB_FILE).display()
             )));
         }
+        let _slot = InFlight::try_enter(&self.attestations_in_flight, MAX_CONCURRENT_ATTESTATIONS)
+            .ok_or_else(|| {
+                NodeError::Busy(format!(
+                    "{MAX_CONCURRENT_ATTESTATIONS} attestations are already being collected on \
+                     this node; retry shortly"
+                ))
+            })?;
         let inventory = self.inventory()?;
         let mut dynamic: Vec<(&str, [u8; 32])> = Vec::new();
         if let Some(p) = self.residency.policy() {
@@ -856,8 +894,6 @@ impl Node {
         lock(&self.latest_attestation).clone()
     }
 
-    /// Status and age (seconds) of the latest result, as the policy's node requirements see
-    /// them; no result (or one from the future) is `none`.
     /// What the policy learns from the latest verified attestation result: its status, its
     /// age, and the image version the verifier vouched for. The version comes only from the
     /// result (the reference manifest that matched), never from the node's own say-so; with
@@ -1096,6 +1132,33 @@ impl Node {
 mod tests {
     use super::*;
     use crate::gpu::GpuStatus;
+
+    /// At most `max` slots at once, from many threads; every slot is given back.
+    #[test]
+    fn attestation_slots_are_bounded_and_released() {
+        let counter = AtomicUsize::new(0);
+        let a = InFlight::try_enter(&counter, 2).expect("first");
+        let b = InFlight::try_enter(&counter, 2).expect("second");
+        assert!(InFlight::try_enter(&counter, 2).is_none(), "third refused");
+        drop(a);
+        let c = InFlight::try_enter(&counter, 2).expect("a released slot is reusable");
+        drop((b, c));
+        assert_eq!(counter.load(Ordering::Acquire), 0);
+        let peak = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    for _ in 0..1_000 {
+                        if let Some(_slot) = InFlight::try_enter(&counter, 3) {
+                            peak.fetch_max(counter.load(Ordering::Acquire), Ordering::AcqRel);
+                        }
+                    }
+                });
+            }
+        });
+        assert!(peak.load(Ordering::Acquire) <= 3);
+        assert_eq!(counter.load(Ordering::Acquire), 0);
+    }
 
     fn gpu(index: u32, uuid: &str, status: GpuStatus, cc: Option<bool>, driver: &str) -> GpuInfo {
         GpuInfo {
