@@ -96,7 +96,7 @@ fn setup() -> Setup {
     }
 }
 
-fn evidence(s: &Setup, nonce: [u8; 32], with_gpu: bool) -> Vec<u8> {
+fn evidence(s: &Setup, nonce: [u8; 32], gpus: usize) -> Vec<u8> {
     let enrollment =
         s.ea.issue(EnrollmentClaims {
             node_public_key: s.node.public_key(),
@@ -109,11 +109,17 @@ fn evidence(s: &Setup, nonce: [u8; 32], with_gpu: bool) -> Vec<u8> {
         })
         .expect("enrollment");
     let mut submods = vec![];
-    if with_gpu {
+    for i in 0..gpus {
+        // The first GPU keeps the historical UUID; further ones get their own.
+        let uuid = if i == 0 {
+            UUID.to_string()
+        } else {
+            format!("GPU-00000000-0000-0000-0000-{i:012}")
+        };
         let spdm = s
             .gpu
             .report(&ReportSpec {
-                nonce: gpu_nonce(&nonce, UUID, &s.node.public_key()),
+                nonce: gpu_nonce(&nonce, &uuid, &s.node.public_key()),
                 responder_nonce: [5; 32],
                 measurements: (1..=64u8)
                     .map(|i| (i, Sha256::digest([i]).repeat(2)[..48].to_vec()))
@@ -125,7 +131,7 @@ fn evidence(s: &Setup, nonce: [u8; 32], with_gpu: bool) -> Vec<u8> {
             })
             .expect("report");
         submods.push(GpuClaims {
-            uuid: UUID.into(),
+            uuid,
             serial: "1".into(),
             model: "H100".into(),
             vbios_version: "96.00.9F.00.01".into(),
@@ -190,8 +196,9 @@ fn cpu_time_report(name: &str, iterations: u32, mut f: impl FnMut()) {
 fn bench(c: &mut Criterion) {
     let s = setup();
     let nonce = [7; 32];
-    let plain = evidence(&s, nonce, false);
-    let with_gpu = evidence(&s, nonce, true);
+    let plain = evidence(&s, nonce, 0);
+    let with_gpu = evidence(&s, nonce, 1);
+    let four_gpus = evidence(&s, nonce, 4);
     {
         let authorities = [s.ea.verifying_key()];
         let reference = measurements();
@@ -315,6 +322,18 @@ fn bench(c: &mut Criterion) {
                     .expect("appraise");
                 assert_eq!(ar.result.trust_vector.hardware, attest::ear::tier::WARNING); // no RIMs configured
                 ar
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    // Wall-clock: the GPUs of one document are appraised in parallel (this machine: 2 cores).
+    g.bench_function("appraise_four_gpus", |b| {
+        b.iter_batched(
+            || registry(nonce),
+            |mut reg| {
+                s.verifier
+                    .appraise(black_box(&four_gpus), &nonce, NOW, &mut reg)
+                    .expect("appraise")
             },
             BatchSize::SmallInput,
         )
