@@ -75,7 +75,8 @@ pub struct TrustVector {
     pub runtime_opaque: i8,
     /// Not appraised.
     pub storage_opaque: i8,
-    /// Freshness: the evidence answers this challenge and is recent enough.
+    /// Not appraised: freshness (this challenge, recent enough) is reported under
+    /// `instance-identity`, because stale evidence cannot be attributed to the live instance.
     pub sourced_data: i8,
 }
 
