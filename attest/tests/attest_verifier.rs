@@ -248,6 +248,19 @@ fn issued(nonce: [u8; 32]) -> NonceRegistry {
     reg
 }
 
+/// Appraise fresh one-GPU evidence answering `nonce` with a verifier built from `cfg`.
+fn appraise_gpu_evidence(f: &Fx, cfg: VerifierConfig, nonce: [u8; 32]) -> AttestationResult {
+    Verifier::new(cfg)
+        .unwrap()
+        .appraise(
+            &f.evidence(nonce, NOW, true),
+            &nonce,
+            NOW,
+            &mut issued(nonce),
+        )
+        .unwrap()
+}
+
 fn codes(ar: &AttestationResult) -> Vec<&str> {
     ar.result.reasons.iter().map(|r| r.code.as_str()).collect()
 }
@@ -785,15 +798,7 @@ fn gpu_rim_mismatch_and_missing_rim() {
     cfg.reference
         .gpu_rims
         .retain(|r| r.colloquial_version != DRIVER);
-    let ar = Verifier::new(cfg)
-        .unwrap()
-        .appraise(
-            &f.evidence(nonce, NOW, true),
-            &nonce,
-            NOW,
-            &mut issued(nonce),
-        )
-        .unwrap();
+    let ar = appraise_gpu_evidence(&f, cfg, nonce);
     assert_eq!(ar.status(), Status::Warning);
     assert_eq!(codes(&ar), vec!["gpu-rim-unavailable"]);
 }
@@ -988,17 +993,31 @@ fn rim_signed_by_an_expired_certificate_is_no_reference() {
         NOW - 500 * DAY,
         &rim_xml(DRIVER, &[(2, vec![gpu_value(3)])]),
     ));
-    let ar = Verifier::new(cfg)
-        .unwrap()
-        .appraise(
-            &f.evidence(nonce, NOW, true),
-            &nonce,
-            NOW,
-            &mut issued(nonce),
-        )
-        .unwrap();
+    let ar = appraise_gpu_evidence(&f, cfg, nonce);
     assert_eq!(ar.status(), Status::Warning, "{:?}", ar.result.reasons);
     assert_eq!(codes(&ar), vec!["gpu-rim-expired"]);
+}
+
+/// Signed evidence answering `nonce` with one GPU per UUID; the GPUs at `wrong` answer a
+/// nonce that is not the derived one.
+fn multi_gpu_evidence(f: &Fx, nonce: [u8; 32], uuids: &[String], wrong: &[usize]) -> Vec<u8> {
+    let gpus: Vec<GpuClaims> = uuids
+        .iter()
+        .enumerate()
+        .map(|(i, uuid)| {
+            let mut n = gpu_nonce(&nonce, uuid, &f.node.public_key());
+            if wrong.contains(&i) {
+                n[0] ^= 1;
+            }
+            let mut g = f.gpu_claims_with(&f.report_spec(n));
+            g.uuid = uuid.clone();
+            g
+        })
+        .collect();
+    Evidence::sign(f.claims(nonce, NOW, gpus), &f.node)
+        .unwrap()
+        .to_bytes()
+        .unwrap()
 }
 
 #[test]
@@ -1008,23 +1027,7 @@ fn several_gpus_are_appraised_in_submodule_order_and_deterministically() {
     let uuids: Vec<String> = (0..6)
         .map(|i| format!("GPU-00000000-0000-0000-0000-00000000000{i}"))
         .collect();
-    let gpus: Vec<GpuClaims> = uuids
-        .iter()
-        .enumerate()
-        .map(|(i, uuid)| {
-            let mut n = gpu_nonce(&nonce, uuid, &f.node.public_key());
-            if i == 1 || i == 4 {
-                n[0] ^= 1; // these two answer the wrong nonce
-            }
-            let mut g = f.gpu_claims_with(&f.report_spec(n));
-            g.uuid = uuid.clone();
-            g
-        })
-        .collect();
-    let bytes = Evidence::sign(f.claims(nonce, NOW, gpus), &f.node)
-        .unwrap()
-        .to_bytes()
-        .unwrap();
+    let bytes = multi_gpu_evidence(&f, nonce, &uuids, &[1, 4]);
     let v = f.verifier(6);
     let a = v.appraise(&bytes, &nonce, NOW, &mut issued(nonce)).unwrap();
     let b = v.appraise(&bytes, &nonce, NOW, &mut issued(nonce)).unwrap();
@@ -1036,19 +1039,7 @@ fn several_gpus_are_appraised_in_submodule_order_and_deterministically() {
     assert!(details[1].starts_with(&uuids[4]), "{details:?}");
     // All six good: affirming.
     let nonce = [0x5c; 32];
-    let gpus: Vec<GpuClaims> = uuids
-        .iter()
-        .map(|uuid| {
-            let mut g =
-                f.gpu_claims_with(&f.report_spec(gpu_nonce(&nonce, uuid, &f.node.public_key())));
-            g.uuid = uuid.clone();
-            g
-        })
-        .collect();
-    let bytes = Evidence::sign(f.claims(nonce, NOW, gpus), &f.node)
-        .unwrap()
-        .to_bytes()
-        .unwrap();
+    let bytes = multi_gpu_evidence(&f, nonce, &uuids, &[]);
     let ar = v.appraise(&bytes, &nonce, NOW, &mut issued(nonce)).unwrap();
     assert_eq!(ar.status(), Status::Affirming, "{:?}", ar.result.reasons);
 }

@@ -169,6 +169,15 @@ fn issue(
     Ok(cert.to_der()?)
 }
 
+/// A self-signed CA certificate (serial 1): the root of a simulated chain.
+fn self_signed_root(
+    name: &Name,
+    key: &SigningKey,
+    validity: (u64, u64),
+) -> Result<Vec<u8>, SimError> {
+    issue(1, name, key, name, key, true, vec![], validity)
+}
+
 /// DER of the NVIDIA-style FWID extension value:
 /// `SEQUENCE { INTEGER 1, SubjectPublicKeyInfo(issuer), SEQUENCE { id-sha384, OCTET STRING } }`.
 fn fwid_extension(issuer_key: &SigningKey, fwid: &[u8; 48]) -> Result<Extension, SimError> {
@@ -207,16 +216,7 @@ impl SimRimSigner {
         let root_name = name("CN=Simulated RIM Signing Root,O=Sovereign Host Test")?;
         let leaf_name = name("CN=Simulated RIM Signer,O=Sovereign Host Test")?;
         let v = (not_before, not_after);
-        let root = issue(
-            1,
-            &root_name,
-            &root_key,
-            &root_name,
-            &root_key,
-            true,
-            vec![],
-            v,
-        )?;
+        let root = self_signed_root(&root_name, &root_key, v)?;
         let leaf = issue(2, &leaf_name, &key, &root_name, &root_key, false, vec![], v)?;
         Ok(Self {
             key,
@@ -247,16 +247,7 @@ impl SimGpu {
         let ica_name = name("CN=Simulated GPU Provisioner ICA,O=Sovereign Host Test")?;
         let leaf_name = name("CN=Simulated GPU Attestation Leaf,O=Sovereign Host Test")?;
         let v = (not_before, not_after);
-        let root = issue(
-            1,
-            &root_name,
-            &root_key,
-            &root_name,
-            &root_key,
-            true,
-            vec![],
-            v,
-        )?;
+        let root = self_signed_root(&root_name, &root_key, v)?;
         let ica = issue(
             2,
             &ica_name,
