@@ -346,14 +346,15 @@ pub fn build_verifier(t: &TrustArgs, now: u64) -> Result<Verifier, String> {
     .map_err(|e| e.to_string())
 }
 
-/// Appraises `evidence` answering `nonce` at `now`, honouring `--nonce-log`.
+/// Appraises `evidence` answering `nonce` at `now` with `verifier` (built from `t`),
+/// honouring `--nonce-log` and `--result-out`.
 fn appraise(
+    verifier: &Verifier,
     t: &TrustArgs,
     evidence: &[u8],
     nonce: [u8; 32],
     now: u64,
 ) -> Result<AttestationResult, Fail> {
-    let verifier = build_verifier(t, now).map_err(usage)?;
     let mut registry = NonceRegistry::new(t.max_age.max(1));
     registry
         .issue(nonce, now)
@@ -487,8 +488,9 @@ async fn fetch_and_appraise(client: Client, f: FetchArgs, json_out: bool) -> Res
         (None, true) => random_nonce()?,
         (None, false) => return Err(usage("pass --nonce HEX or --nonce-random")),
     };
-    // Check the trust inputs before bothering the node.
-    build_verifier(&f.trust, unix_now()).map_err(usage)?;
+    // Build (and so check) the trust inputs before bothering the node; RIM signatures are
+    // checked once, here, for the appraisal below.
+    let verifier = build_verifier(&f.trust, unix_now()).map_err(usage)?;
     let (status, body) = client
         .post("/v1/attestation", &json!({ "nonce": hex::encode(nonce) }))
         .await
@@ -522,7 +524,7 @@ async fn fetch_and_appraise(client: Client, f: FetchArgs, json_out: bool) -> Res
     if let Some(out) = &f.out {
         std::fs::write(out, &evidence).map_err(|e| usage(format!("{}: {e}", out.display())))?;
     }
-    let result = appraise(&f.trust, &evidence, nonce, unix_now())?;
+    let result = appraise(&verifier, &f.trust, &evidence, nonce, unix_now())?;
     print_result(&result, &evidence, &notes, json_out)
 }
 
@@ -532,7 +534,8 @@ fn verify_offline(args: VerifyArgs, json_out: bool) -> Result<u8, Fail> {
         .map_err(|e| usage(format!("{}: {e}", args.evidence.display())))?;
     let evidence = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
     let now = args.at.unwrap_or_else(unix_now);
-    let result = appraise(&args.trust, evidence, nonce, now)?;
+    let verifier = build_verifier(&args.trust, now).map_err(usage)?;
+    let result = appraise(&verifier, &args.trust, evidence, nonce, now)?;
     print_result(&result, evidence, &[], json_out)
 }
 
