@@ -558,7 +558,7 @@ impl Verifier {
         })
     }
 
-    /// Each GPU report costs a P-384 signature check (about 1.5 ms on one core), so a node
+    /// Each GPU report costs a P-384 signature check (about 1 ms on one core), so a node
     /// with several GPUs is appraised on up to `available_parallelism` threads. Results come
     /// back in submodule order, so the signed result does not depend on scheduling.
     fn appraise_gpus(

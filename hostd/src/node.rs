@@ -72,7 +72,6 @@ pub struct Stats {
     pub records: AtomicU64,
 }
 
-/// A pending ledger append and the state it commits, written before the append.
 /// The attestation facts residency rules are evaluated against.
 struct PolicyAttestation {
     status: policy::AttestationStatus,
@@ -80,6 +79,7 @@ struct PolicyAttestation {
     image_version: String,
 }
 
+/// A pending ledger append and the state it commits, written before the append.
 #[derive(Debug, Serialize, Deserialize)]
 struct Intent {
     start: u64,
