@@ -139,6 +139,39 @@ impl<'a> Loader<'a> {
         }
     }
 
+    /// A scalar field: absent is `None` (reported when `required`); present but not
+    /// convertible by `convert` is reported as `expected` and gives `None`.
+    #[allow(clippy::too_many_arguments)]
+    fn get_scalar<T>(
+        &mut self,
+        table: &dyn TableLike,
+        span: &Option<Range<usize>>,
+        path: &str,
+        key: &str,
+        required: bool,
+        expected: &str,
+        convert: impl Fn(&Item) -> Option<T>,
+    ) -> Option<Located<T>> {
+        let field = join(path, key);
+        let Some(item) = table.get(key) else {
+            if required {
+                self.err(span.clone(), &field, "missing required field");
+            }
+            return None;
+        };
+        match convert(item) {
+            Some(value) => Some(Located {
+                value,
+                span: item.span(),
+                field,
+            }),
+            None => {
+                self.err(item.span(), &field, expected);
+                None
+            }
+        }
+    }
+
     fn get_str(
         &mut self,
         table: &dyn TableLike,
@@ -147,26 +180,9 @@ impl<'a> Loader<'a> {
         key: &str,
         required: bool,
     ) -> Option<Located<String>> {
-        let field = join(path, key);
-        match table.get(key) {
-            None => {
-                if required {
-                    self.err(span.clone(), &field, "missing required field");
-                }
-                None
-            }
-            Some(item) => match item.as_str() {
-                Some(s) => Some(Located {
-                    value: s.to_string(),
-                    span: item.span(),
-                    field,
-                }),
-                None => {
-                    self.err(item.span(), &field, "expected a string");
-                    None
-                }
-            },
-        }
+        self.get_scalar(table, span, path, key, required, "expected a string", |i| {
+            i.as_str().map(str::to_string)
+        })
     }
 
     fn get_int(
@@ -177,42 +193,28 @@ impl<'a> Loader<'a> {
         key: &str,
         required: bool,
     ) -> Option<Located<i64>> {
-        let field = join(path, key);
-        match table.get(key) {
-            None => {
-                if required {
-                    self.err(span.clone(), &field, "missing required field");
-                }
-                None
-            }
-            Some(item) => match item.as_integer() {
-                Some(i) => Some(Located {
-                    value: i,
-                    span: item.span(),
-                    field,
-                }),
-                None => {
-                    self.err(item.span(), &field, "expected an integer");
-                    None
-                }
-            },
-        }
+        self.get_scalar(
+            table,
+            span,
+            path,
+            key,
+            required,
+            "expected an integer",
+            Item::as_integer,
+        )
     }
 
+    /// An optional boolean.
     fn get_bool(&mut self, table: &dyn TableLike, path: &str, key: &str) -> Option<Located<bool>> {
-        let field = join(path, key);
-        let item = table.get(key)?;
-        match item.as_bool() {
-            Some(b) => Some(Located {
-                value: b,
-                span: item.span(),
-                field,
-            }),
-            None => {
-                self.err(item.span(), &field, "expected true or false");
-                None
-            }
-        }
+        self.get_scalar(
+            table,
+            &None,
+            path,
+            key,
+            false,
+            "expected true or false",
+            Item::as_bool,
+        )
     }
 
     /// An array of strings; `None` if absent or wrong (wrong is reported).
