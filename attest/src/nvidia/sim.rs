@@ -350,7 +350,7 @@ impl SimGpu {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nvidia::chain::{CertChain, ChainError};
+    use crate::nvidia::chain::{CertChain, ChainError, VerifiedChain};
 
     struct Keys {
         root: SigningKey,
@@ -430,15 +430,16 @@ mod tests {
         ));
     }
 
+    /// `c` (leaf, ICA, root) verified at time 1,500 against its own root.
+    fn verify_at_own_root(c: &[Vec<u8>]) -> Result<VerifiedChain, ChainError> {
+        CertChain::from_der_list(c)?.verify(&[c[2].clone()], 1_500)
+    }
+
     #[test]
     fn non_ca_issuer_is_rejected() {
         let k = keys();
         let c = chain(&k, false, false, vec![]);
-        let roots = vec![c[2].clone()];
-        let err = CertChain::from_der_list(&c)
-            .unwrap()
-            .verify(&roots, 1_500)
-            .unwrap_err();
+        let err = verify_at_own_root(&c).unwrap_err();
         // The ICA's keyUsage (digitalSignature only) or its cA=FALSE rejects it.
         assert!(
             matches!(err, ChainError::KeyUsage(1) | ChainError::NotCa(1)),
@@ -450,11 +451,7 @@ mod tests {
     fn leaf_without_digital_signature_is_rejected() {
         let k = keys();
         let c = chain(&k, true, true, vec![]);
-        let roots = vec![c[2].clone()];
-        let err = CertChain::from_der_list(&c)
-            .unwrap()
-            .verify(&roots, 1_500)
-            .unwrap_err();
+        let err = verify_at_own_root(&c).unwrap_err();
         assert_eq!(err, ChainError::KeyUsage(0));
     }
 
@@ -467,11 +464,7 @@ mod tests {
             extn_value: OctetString::new(vec![0x05, 0x00]).unwrap(),
         };
         let c = chain(&k, true, false, vec![odd]);
-        let roots = vec![c[2].clone()];
-        let err = CertChain::from_der_list(&c)
-            .unwrap()
-            .verify(&roots, 1_500)
-            .unwrap_err();
+        let err = verify_at_own_root(&c).unwrap_err();
         assert!(
             matches!(
                 err,
@@ -485,11 +478,7 @@ mod tests {
     fn leaf_without_fwid_has_none() {
         let k = keys();
         let c = chain(&k, true, false, vec![]);
-        let roots = vec![c[2].clone()];
-        let v = CertChain::from_der_list(&c)
-            .unwrap()
-            .verify(&roots, 1_500)
-            .unwrap();
+        let v = verify_at_own_root(&c).unwrap();
         assert!(v.leaf_fwid.is_none());
     }
 }
