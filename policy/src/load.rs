@@ -217,6 +217,30 @@ impl<'a> Loader<'a> {
         )
     }
 
+    /// The ids in `list` that `declared` knows, first occurrence order, without repeats; each
+    /// unknown one is reported as an `unknown {what}` to be declared under `section`.
+    fn declared_ids(
+        &mut self,
+        list: &[Located<String>],
+        what: &str,
+        section: &str,
+        declared: impl Fn(&str) -> bool,
+    ) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for id in list {
+            if !declared(&id.value) {
+                self.err(
+                    id.span.clone(),
+                    &id.field,
+                    format!("unknown {what} '{}' (declare it under {section})", id.value),
+                );
+            } else if !out.contains(&id.value) {
+                out.push(id.value.clone());
+            }
+        }
+        out
+    }
+
     /// An array of strings; `None` if absent or wrong (wrong is reported).
     fn get_str_list(
         &mut self,
@@ -961,22 +985,11 @@ impl<'a> Loader<'a> {
                     "rule can never match: tenants is empty (omit it to apply to every tenant)",
                 );
             }
-            let mut v = Vec::new();
-            for tn in &list.value {
-                if !ctx.tenant_by_id.contains_key(&tn.value) {
-                    self.err(
-                        tn.span.clone(),
-                        &tn.field,
-                        format!(
-                            "unknown tenant '{}' (declare it under [[tenants]])",
-                            tn.value
-                        ),
-                    );
-                } else if !v.contains(&tn.value) {
-                    v.push(tn.value.clone());
-                }
-            }
-            tenants = Some(v);
+            tenants = Some(
+                self.declared_ids(&list.value, "tenant", "[[tenants]]", |id| {
+                    ctx.tenant_by_id.contains_key(id)
+                }),
+            );
         }
 
         // allow_in
@@ -1076,20 +1089,9 @@ impl<'a> Loader<'a> {
                     "exemptions apply to egress only, and this rule does not cover egress",
                 );
             }
-            for e in &list.value {
-                if !ctx.endpoint_by_id.contains_key(&e.value) {
-                    self.err(
-                        e.span.clone(),
-                        &e.field,
-                        format!(
-                            "unknown endpoint '{}' (declare it under [[endpoints]])",
-                            e.value
-                        ),
-                    );
-                } else if !exempt.contains(&e.value) {
-                    exempt.push(e.value.clone());
-                }
-            }
+            exempt = self.declared_ids(&list.value, "endpoint", "[[endpoints]]", |id| {
+                ctx.endpoint_by_id.contains_key(id)
+            });
             exempt.sort();
         }
 
