@@ -242,6 +242,20 @@ impl Fx {
     }
 }
 
+impl Fx {
+    /// Appraise, with `v`, fresh evidence (with or without the GPU) answering an issued
+    /// `nonce`, at NOW.
+    fn appraise_fresh(&self, v: &Verifier, nonce: [u8; 32], gpus: bool) -> AttestationResult {
+        v.appraise(
+            &self.evidence(nonce, NOW, gpus),
+            &nonce,
+            NOW,
+            &mut issued(nonce),
+        )
+        .unwrap()
+    }
+}
+
 fn issued(nonce: [u8; 32]) -> NonceRegistry {
     let mut reg = NonceRegistry::new(120);
     reg.issue(nonce, NOW - 5).unwrap();
@@ -250,15 +264,7 @@ fn issued(nonce: [u8; 32]) -> NonceRegistry {
 
 /// Appraise fresh one-GPU evidence answering `nonce` with a verifier built from `cfg`.
 fn appraise_gpu_evidence(f: &Fx, cfg: VerifierConfig, nonce: [u8; 32]) -> AttestationResult {
-    Verifier::new(cfg)
-        .unwrap()
-        .appraise(
-            &f.evidence(nonce, NOW, true),
-            &nonce,
-            NOW,
-            &mut issued(nonce),
-        )
-        .unwrap()
+    f.appraise_fresh(&Verifier::new(cfg).unwrap(), nonce, true)
 }
 
 fn codes(ar: &AttestationResult) -> Vec<&str> {
@@ -341,14 +347,7 @@ fn result_signature_tampering_and_unknown_verifier_fail() {
     let f = fx();
     let v = f.verifier(0);
     let nonce = [0x44; 32];
-    let ar = v
-        .appraise(
-            &f.evidence(nonce, NOW, false),
-            &nonce,
-            NOW,
-            &mut issued(nonce),
-        )
-        .unwrap();
+    let ar = f.appraise_fresh(&v, nonce, false);
     let mut forged = ar.clone();
     forged.result.status = Status::Contraindicated;
     forged.result.trust_vector.hardware = tier::CONTRAINDICATED;
@@ -513,14 +512,7 @@ fn remembered_enrollment_does_not_let_forged_claims_through() {
     let f = fx();
     let v = f.verifier(0);
     let nonce = [0x5a; 32];
-    let ar = v
-        .appraise(
-            &f.evidence(nonce, NOW, false),
-            &nonce,
-            NOW,
-            &mut issued(nonce),
-        )
-        .unwrap();
+    let ar = f.appraise_fresh(&v, nonce, false);
     assert_eq!(ar.status(), Status::Affirming);
     // Same verifier (enrollment now remembered); same signature, different jurisdiction.
     let mut claims = f.claims(nonce, NOW, vec![]);
@@ -548,14 +540,7 @@ fn revoked_node_is_contraindicated() {
     cfg.revoked_nodes.insert(f.node.public_key());
     let v = Verifier::new(cfg).unwrap();
     let nonce = [0x4d; 32];
-    let ar = v
-        .appraise(
-            &f.evidence(nonce, NOW, false),
-            &nonce,
-            NOW,
-            &mut issued(nonce),
-        )
-        .unwrap();
+    let ar = f.appraise_fresh(&v, nonce, false);
     assert_contra(&ar, "node-revoked");
 }
 
@@ -723,14 +708,7 @@ fn gpu_fwid_mismatch_and_untrusted_root_fail() {
         .root_der()
         .to_vec()];
     let v = Verifier::new(cfg).unwrap();
-    let ar = v
-        .appraise(
-            &f.evidence(nonce, NOW, true),
-            &nonce,
-            NOW,
-            &mut issued(nonce),
-        )
-        .unwrap();
+    let ar = f.appraise_fresh(&v, nonce, true);
     assert_contra(&ar, "gpu-root-untrusted");
     assert_eq!(ar.result.trust_vector.hardware, tier::UNRECOGNIZED);
 }
@@ -740,14 +718,7 @@ fn missing_gpu_is_contraindicated() {
     let f = fx();
     let v = f.verifier(2);
     let nonce = [0x55; 32];
-    let ar = v
-        .appraise(
-            &f.evidence(nonce, NOW, true),
-            &nonce,
-            NOW,
-            &mut issued(nonce),
-        )
-        .unwrap();
+    let ar = f.appraise_fresh(&v, nonce, true);
     assert_contra(&ar, "gpu-missing");
 }
 
