@@ -408,7 +408,11 @@ fn check_node(cx: &mut Ctx<'_>, node: &Node, home: Option<Jurisdiction>, _class:
             Attribute::EvidenceAge,
             &subject,
             format!("at most {text}"),
-            format!("{}s", node.evidence_age_s),
+            if node.evidence_age_s == u64::MAX {
+                "unknown (no evidence)".to_string()
+            } else {
+                format!("{}s", node.evidence_age_s)
+            },
         );
     }
     if req.confidential_computing {
@@ -429,6 +433,8 @@ fn check_node(cx: &mut Ctx<'_>, node: &Node, home: Option<Jurisdiction>, _class:
             format!("at least {text}"),
             if have.is_some() {
                 node.image_version.clone()
+            } else if node.image_version.is_empty() {
+                "unknown (none attested)".to_string()
             } else {
                 format!("'{}' (not a comparable version)", node.image_version)
             },

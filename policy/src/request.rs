@@ -49,12 +49,14 @@ pub struct Node {
     pub facility: String,
     /// Attestation status.
     pub attestation: AttestationStatus,
-    /// Age of the attestation evidence in seconds.
+    /// Age of the attestation evidence in seconds; `u64::MAX` when there is none (reasons
+    /// then say "unknown (no evidence)").
     pub evidence_age_s: u64,
     /// Confidential-computing mode is on.
     #[serde(default)]
     pub cc_mode: bool,
-    /// Version of the node image.
+    /// Version of the node image; empty when none is attested (never satisfies
+    /// `min_image_version`).
     #[serde(default)]
     pub image_version: String,
 }

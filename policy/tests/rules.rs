@@ -154,6 +154,19 @@ facilities = ["hyd-1"]
         ]
     );
 
+    // A node with no attestation at all: the reasons say so instead of printing sentinels.
+    let mut unattested = n.clone();
+    unattested.evidence_age_s = u64::MAX;
+    unattested.image_version = String::new();
+    let d = decide(&p, &place("x", "d", "restricted", unattested));
+    assert_eq!(
+        sentences(&d),
+        [
+            "denied: dataset d is restricted; node gpu-9 evidence age is unknown (no evidence), rule strict requires at most 1h",
+            "denied: dataset d is restricted; node gpu-9 image version is unknown (none attested), rule strict requires at least 2.1",
+        ]
+    );
+
     // Each requirement alone is enough to deny.
     type Mutation = Box<dyn Fn(&mut policy::Node)>;
     let variants: Vec<Mutation> = vec![
