@@ -12,10 +12,11 @@
 
 use attest::log::{Log, LogStore};
 use attest::note::NoteSigner;
+use auditor::money::amount_paise;
+use auditor::record::{Record, UsageRecord, RECORD_VERSION};
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput};
 use hostd::audit;
 use hostd::ledger::{Ledger, SledLogStore};
-use hostd::record::{amount_paise, Record, UsageRecord, RECORD_VERSION};
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -56,6 +57,7 @@ fn record(id: u64) -> Vec<u8> {
         attestation: None,
     })
     .to_leaf()
+    .unwrap()
 }
 
 fn fixed_leaf(i: u64) -> Vec<u8> {
@@ -175,7 +177,7 @@ fn verify_vs_sha256sum(dir: &Path, n: u64, runs: usize) {
     let mut sha = Vec::new();
     for _ in 0..runs {
         let t = Instant::now();
-        let out = Command::new(env!("CARGO_BIN_EXE_sovctl"))
+        let out = Command::new(sovctl_bin())
             .args(["audit", "verify", "--quiet", "--vkey"])
             .arg(&vkey)
             .arg(&export)
@@ -228,4 +230,21 @@ fn main() {
     bench_proofs(&mut c, dir.path(), n);
     verify_vs_sha256sum(dir.path(), n, if smoke { 1 } else { 5 });
     c.final_summary();
+}
+
+/// The `sovctl` binary that `cargo test --workspace` builds beside this test's executable
+/// (it belongs to the `sovctl` crate, so Cargo does not name it for hostd's tests).
+fn sovctl_bin() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let dir = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .expect("test executable lives in target/<profile>/deps");
+    let p = dir.join("sovctl");
+    assert!(
+        p.exists(),
+        "{} not found: run the tests with `cargo test --workspace` so Cargo builds sovctl",
+        p.display()
+    );
+    p
 }

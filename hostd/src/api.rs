@@ -6,20 +6,21 @@
 //! 404 exactly as for a lease that does not exist, so ids cannot be probed. Auditors read and
 //! never write.
 
-use crate::billing::{self, Invoice};
 use crate::clock::parse_time_ms;
 use crate::lease::{Lease, NewLease};
 use crate::metrics;
 use crate::node::{holder, Node, NodeError};
 use crate::principal::{Principal, Role};
-use crate::record::{Record, UsageRecord};
-use crate::tenant::NewTenant;
+use auditor::billing::{self, Invoice};
+use auditor::money::format_inr;
+use auditor::record::{Record, UsageRecord};
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
+use hostd_api::tenant::NewTenant;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -342,7 +343,7 @@ fn usage_records(node: &Node) -> Result<Vec<UsageRecord>, NodeError> {
     let leaves = node
         .with_ledger(|l| l.records(0..l.size()).collect::<Result<Vec<_>, _>>())
         .map_err(|e| NodeError::Internal(e.to_string()))?;
-    billing::usage_records(&leaves).map_err(NodeError::Internal)
+    billing::usage_records(&leaves).map_err(|e| NodeError::Internal(e.to_string()))
 }
 
 async fn list_usage(
@@ -453,7 +454,8 @@ async fn bill(
     let (from_ms, to_ms) = (parse(&q.from)?, parse(&q.to)?);
     let invoice = blocking(&node, move |n| {
         let verified = n.verified_ledger()?;
-        let records = billing::usage_records(&verified.leaves).map_err(NodeError::Internal)?;
+        let records = billing::usage_records(&verified.leaves)
+            .map_err(|e| NodeError::Internal(e.to_string()))?;
         let start = |r: &UsageRecord| parse_time_ms(&r.start).ok();
         let (lines, record_ids) = billing::invoice(&records, &q.tenant, from_ms, to_ms, start);
         let total_paise = lines.iter().map(|l| l.amount_paise).sum();
@@ -463,7 +465,7 @@ async fn bill(
             to: q.to,
             lines,
             total_paise,
-            total: billing::format_inr(total_paise),
+            total: format_inr(total_paise),
             record_ids,
             checkpoint: verified.checkpoint,
         })

@@ -57,29 +57,19 @@ pub enum AttestationError {
 /// Loads the node identity key from `<state_dir>/node.key`, creating it (0600, from the OS
 /// random generator) on first use, and (re)writes `<state_dir>/node.pub`.
 pub fn load_or_create_node_key(state_dir: &Path) -> Result<NodeKey, AttestationError> {
-    use rand_core::{OsRng, RngCore};
     let path = state_dir.join(NODE_KEY_FILE);
     let err = |message: String| AttestationError::NodeKey {
         path: path.clone(),
         message,
     };
-    let key = match std::fs::read_to_string(&path) {
-        Ok(text) => {
-            let text = Zeroizing::new(text);
-            let mut seed = Zeroizing::new([0u8; 32]);
-            hex::decode_to_slice(text.trim(), seed.as_mut())
-                .map_err(|_| err("not 64 hex digits (an Ed25519 private key)".into()))?;
-            warn_if_readable_by_others(&path);
-            NodeKey::from_seed(&seed)
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let mut seed = Zeroizing::new([0u8; 32]);
-            OsRng
-                .try_fill_bytes(seed.as_mut())
-                .map_err(|e| err(format!("random generator: {e}")))?;
+    let key = match keyfile::read_ed25519_seed(&path) {
+        Ok(seed) => NodeKey::from_seed(&seed),
+        Err(keyfile::KeyFileError::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            let seed = keyfile::random_seed().map_err(|e| err(e.to_string()))?;
             let text = Zeroizing::new(hex::encode(seed.as_ref()));
-            crate::keys::write_new_private(&path, text.as_bytes())
-                .map_err(|e| err(e.to_string()))?;
+            keyfile::write_new_private(&path, text.as_bytes()).map_err(|e| err(e.to_string()))?;
             info!(path = %path.display(), "created the node identity key");
             NodeKey::from_seed(&seed)
         }
@@ -93,16 +83,6 @@ pub fn load_or_create_node_key(state_dir: &Path) -> Result<NodeKey, AttestationE
         }
     })?;
     Ok(key)
-}
-
-fn warn_if_readable_by_others(path: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    if let Ok(m) = std::fs::metadata(path) {
-        if m.permissions().mode() & 0o077 != 0 {
-            warn!(path = %path.display(), mode = format_args!("{:o}", m.permissions().mode() & 0o777),
-                "node identity key is readable by others; it should be 0600");
-        }
-    }
 }
 
 /// Reads an enrollment certificate and checks that it names `key`.
@@ -415,68 +395,15 @@ impl Attester {
     }
 }
 
-/// Creates an Ed25519 key file (`path`: 64 hex digits of the private key, mode 0600) and its
-/// public half (`path.pub`: 64 hex digits), for release, enrollment-authority and verifier
-/// keys. Refuses to overwrite an existing key.
+/// Creates an Ed25519 key file and its `.pub` (the `keyfile` convention). Refuses to
+/// overwrite an existing key.
 pub fn create_signing_key(path: &Path) -> Result<ed25519_dalek::SigningKey, String> {
-    use rand_core::{OsRng, RngCore};
-    if path.exists() {
-        return Err(format!(
-            "{} already exists; refusing to overwrite a key",
-            path.display()
-        ));
-    }
-    let mut seed = Zeroizing::new([0u8; 32]);
-    OsRng
-        .try_fill_bytes(seed.as_mut())
-        .map_err(|e| format!("random generator: {e}"))?;
-    let text = Zeroizing::new(hex::encode(seed.as_ref()));
-    crate::keys::write_new_private(path, text.as_bytes())
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    let key = ed25519_dalek::SigningKey::from_bytes(&seed);
-    let pub_path = public_key_path(path);
-    std::fs::write(
-        &pub_path,
-        format!("{}\n", hex::encode(key.verifying_key().to_bytes())),
-    )
-    .map_err(|e| format!("{}: {e}", pub_path.display()))?;
-    Ok(key)
+    keyfile::create_ed25519(path).map_err(|e| e.to_string())
 }
 
-/// `KEY.pub` beside a private key file.
-pub fn public_key_path(private: &Path) -> PathBuf {
-    let mut s = private.as_os_str().to_owned();
-    s.push(".pub");
-    s.into()
-}
-
-/// Reads a private key written by [`create_signing_key`].
+/// Reads a private key written by [`create_signing_key`], with the key-file rules.
 pub fn read_signing_key(path: &Path) -> Result<ed25519_dalek::SigningKey, String> {
-    let text = Zeroizing::new(
-        std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?,
-    );
-    let mut seed = Zeroizing::new([0u8; 32]);
-    hex::decode_to_slice(text.trim(), seed.as_mut()).map_err(|_| {
-        format!(
-            "{}: not an Ed25519 private key (64 hex digits)",
-            path.display()
-        )
-    })?;
-    warn_if_readable_by_others(path);
-    Ok(ed25519_dalek::SigningKey::from_bytes(&seed))
-}
-
-/// Reads a public key file (64 hex digits, e.g. `KEY.pub`).
-pub fn read_verifying_key(path: &Path) -> Result<ed25519_dalek::VerifyingKey, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut b = [0u8; 32];
-    hex::decode_to_slice(text.trim(), &mut b).map_err(|_| {
-        format!(
-            "{}: not an Ed25519 public key (64 hex digits)",
-            path.display()
-        )
-    })?;
-    attest::identity::verifying_key(&b).map_err(|e| format!("{}: {e}", path.display()))
+    keyfile::read_ed25519(path).map_err(|e| e.to_string())
 }
 
 /// SHA-256 of a file's bytes, as measured into evidence and reference manifests.

@@ -23,6 +23,7 @@ use tracing::{debug, info, warn};
 /// The driver's NVML library, as installed by every NVIDIA Linux driver package.
 pub const SYSTEM_LIBRARY: &str = "libnvidia-ml.so.1";
 /// File name of the simulated NVML library built by the `fake-nvml` crate.
+#[cfg(feature = "dev")]
 pub const SIM_LIBRARY: &str = "libnvidia_ml_sim.so";
 
 /// NVML's `NVML_DEVICE_MIG_ENABLE`.
@@ -58,51 +59,7 @@ pub enum GpuError {
     },
 }
 
-/// Whether a GPU answered the inventory's queries.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(tag = "state", rename_all = "snake_case")]
-pub enum GpuStatus {
-    #[default]
-    Ok,
-    /// The GPU fell off the bus; fields it could not answer are empty.
-    Lost,
-    /// A query failed; fields it could not answer are empty.
-    Error { op: String, message: String },
-}
-
-/// A GPU as the inventory reports it. Fields a board does not support are `None`.
-///
-/// When `status` is not [`GpuStatus::Ok`], fields the GPU could not answer are empty (an empty
-/// `uuid`, `name` or `pci_bus_id`, zero memory): such a GPU must not be leased.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct GpuInfo {
-    pub index: u32,
-    pub uuid: String,
-    pub serial: Option<String>,
-    /// The full product name, e.g. `NVIDIA H100 80GB HBM3`.
-    pub name: String,
-    /// Short model used for rates and lease requests, e.g. `H100` (see [`model_from_name`]).
-    pub model: String,
-    /// `00000000:1B:00.0` form.
-    pub pci_bus_id: String,
-    pub minor_number: Option<u32>,
-    /// `/dev/nvidiaN`, the device node a lease hands to the tenant's sandbox.
-    pub device_path: Option<String>,
-    pub memory_total_bytes: u64,
-    pub vbios_version: Option<String>,
-    pub driver_version: String,
-    pub mig_mode: Option<bool>,
-    /// Confidential-computing mode of the system the GPU is in; `None` when unknown.
-    pub cc_mode: Option<bool>,
-    #[serde(default)]
-    pub status: GpuStatus,
-}
-
-impl GpuInfo {
-    pub fn is_healthy(&self) -> bool {
-        self.status == GpuStatus::Ok
-    }
-}
+pub use hostd_api::gpu::{GpuInfo, GpuStatus};
 
 /// A point-in-time reading of one GPU, for metering and metrics.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -171,6 +128,8 @@ pub fn model_from_name(name: &str) -> String {
 
 /// The simulated NVML library next to the running executable (`target/<profile>/`) or in its
 /// `deps/` folder, where Cargo puts it for test binaries and for `hostd` respectively.
+/// Only in builds with the `dev` feature: a production daemon never looks for a simulation.
+#[cfg(feature = "dev")]
 pub fn sim_library_path() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
     let dir = exe.parent()?;

@@ -9,9 +9,9 @@
 //! would silently start a different log.
 
 use attest::note::{NoteError, NoteSigner};
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::fs::{self, File};
+use std::io::{self, Read};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use zeroize::Zeroizing;
 
@@ -161,25 +161,25 @@ fn create_log_key(path: &Path, name: &str) -> Result<NoteSigner, KeyError> {
 }
 
 /// Creates `path` with mode 0600 from the first byte on (never a world-readable window) and
-/// writes `contents` plus a newline, durably. Fails if the file exists.
+/// writes `contents` plus a newline, durably: the one key-file writer (`keyfile`).
 pub fn write_new_private(path: &Path, contents: &[u8]) -> Result<(), KeyError> {
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(io_err(path))?;
-    // The umask can only narrow 0600; make it exactly 0600 so the owner can read it back.
-    f.set_permissions(fs::Permissions::from_mode(0o600))
-        .map_err(io_err(path))?;
-    f.write_all(contents).map_err(io_err(path))?;
-    f.write_all(b"\n").map_err(io_err(path))?;
-    f.sync_all().map_err(io_err(path))
+    keyfile::write_new_private(path, contents).map_err(|e| match e {
+        keyfile::KeyFileError::Io { path, source } => KeyError::Io { path, source },
+        keyfile::KeyFileError::Exists { path } => KeyError::Io {
+            path,
+            source: io::Error::from(io::ErrorKind::AlreadyExists),
+        },
+        other => KeyError::Io {
+            path: path.to_owned(),
+            source: io::Error::other(other.to_string()),
+        },
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     #[test]
     fn creates_a_0600_key_and_loads_it_back() {

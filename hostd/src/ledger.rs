@@ -27,12 +27,12 @@
 //! note is byte-identical to the one that was lost). Keeping `K` lets `hostd audit export`
 //! write the verifier key without touching the private key.
 
-use crate::audit::ConsistencyProof;
 use attest::checkpoint::{open_checkpoint, sign_checkpoint, Checkpoint, CheckpointError};
 use attest::log::{AppendBatch, NodeId};
 use attest::log::{Hash, Log, LogError, LogStore};
 use attest::note::{NoteSigner, NoteVerifier};
 use attest::receipt::Receipt;
+use auditor::layout::ConsistencyProof;
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use std::collections::HashMap;

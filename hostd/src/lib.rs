@@ -6,12 +6,11 @@
 pub mod api;
 pub mod attestation;
 pub mod audit;
-pub mod billing;
 pub mod cli;
-pub mod client;
 pub mod clock;
 pub mod config;
 pub mod daemon;
+#[cfg(feature = "dev")]
 pub mod dev;
 pub mod gpu;
 pub mod keys;
@@ -23,8 +22,6 @@ pub mod metrics;
 pub mod node;
 pub mod pki;
 pub mod principal;
-pub mod record;
 pub mod residency;
 pub mod store;
-pub mod tenant;
 pub mod tls;

@@ -15,14 +15,14 @@ use crate::gpu::{GpuError, GpuInfo, Gpus};
 use crate::lease::{self, Candidate, Lease, LeaseState, LeasedGpu, NewLease};
 use crate::ledger::Ledger;
 use crate::meter::{Anomaly, Cursor, Reading, Usage};
-use crate::record::{
-    amount_paise, AttestationRecord, GpuEventKind, GpuEventRecord, Record, UsageRecord,
-    RECORD_VERSION,
-};
 use crate::residency::{PlaceRequest, Residency};
 use crate::store::{JsonTree, Store, StoreError};
-use crate::tenant::{validate_id, NewTenant, Tenant, TenantStatus};
 use attest::ear::{AttestationResult, Status};
+use auditor::money::amount_paise;
+use auditor::record::{
+    AttestationRecord, GpuEventKind, GpuEventRecord, Record, UsageRecord, RECORD_VERSION,
+};
+use hostd_api::tenant::{validate_id, NewTenant, Tenant, TenantStatus};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -77,6 +77,13 @@ struct PolicyAttestation {
     status: policy::AttestationStatus,
     age_s: u64,
     image_version: String,
+}
+
+/// A record's leaf bytes as the intent holds them. serde_json writes UTF-8, so this never
+/// converts lossily; a record that cannot be serialised is an error, never an empty leaf.
+fn leaf_text(rec: &Record) -> Result<String, NodeError> {
+    let leaf = rec.to_leaf().map_err(|e| internal("record", e))?;
+    String::from_utf8(leaf).map_err(|e| internal("record", e))
 }
 
 /// A pending ledger append and the state it commits, written before the append.
@@ -426,7 +433,7 @@ impl Node {
             if let Some(c) = cursors.get_mut(&key) {
                 c.prev_record = Some(id);
             }
-            leaves.push(String::from_utf8_lossy(&rec.to_leaf()).into_owned());
+            leaves.push(leaf_text(&rec)?);
             ids.push(id);
         }
         for (k, c) in cursors.iter().filter(|(k, _)| !removes.contains(k)) {
@@ -965,10 +972,7 @@ impl Node {
         let ids: Vec<u64> = records.iter().map(Record::id).collect();
         let intent = Intent {
             start,
-            leaves: records
-                .iter()
-                .map(|r| String::from_utf8_lossy(&r.to_leaf()).into_owned())
-                .collect(),
+            leaves: records.iter().map(leaf_text).collect::<Result<_, _>>()?,
             puts,
             removes: Vec::new(),
         };

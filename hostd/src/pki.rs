@@ -38,9 +38,9 @@ use rustls::RootCertStore;
 use time::{Duration, OffsetDateTime};
 use zeroize::Zeroizing;
 
-use crate::client::Profile;
 use crate::principal::{check_trust_domain, Principal, PrincipalError, Role};
 use crate::tls::{self, TlsError};
+use hostd_api::profile::Profile;
 
 /// Server URL written into dev profiles unless the caller passes another.
 pub const DEFAULT_SERVER_URL: &str = "https://127.0.0.1:8443";
@@ -449,7 +449,7 @@ impl DevPki {
         server_url: &str,
     ) -> Result<DevPki, PkiError> {
         check_trust_domain(trust_domain)?;
-        crate::client::parse_server_url(server_url)
+        hostd_api::profile::parse_server_url(server_url)
             .map_err(|e| PkiError::BadServerUrl(e.to_string()))?;
         if server_names.is_empty() {
             return Err(PkiError::BadServerName(String::new()));
@@ -649,7 +649,7 @@ impl DevPki {
             let profile = Profile::new(server_url, CA_FILE, CERT_FILE, KEY_FILE);
             write_atomic(
                 &profile_path,
-                profile.to_toml(Some(principal)).as_bytes(),
+                profile.to_toml(Some(&principal.spiffe_uri())).as_bytes(),
                 0o644,
             )?;
         }
@@ -753,7 +753,7 @@ mod tests {
         )
         .unwrap();
         let op = Profile::load(&dir.join("operator")).unwrap();
-        tls::client_config(&op.ca, &op.cert, &op.key).unwrap();
+        sovctl::tls::client_config(&op.ca, &op.cert, &op.key).unwrap();
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! reason — until the control plane has delivered one.
 
 use crate::store::Store;
-use crate::tenant::Tenant;
+use hostd_api::tenant::Tenant;
 use policy::{Bundle, Installed, Policy, PolicyDigest, VerifierKey};
 use std::path::Path;
 
@@ -189,7 +189,7 @@ fn installed(store: &Store) -> Result<Option<Installed>, ResidencyError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tenant::{Tenant, TenantStatus};
+    use hostd_api::tenant::{Tenant, TenantStatus};
 
     fn dev_residency() -> Residency {
         let policy = Policy::from_toml_str(include_str!("dev-policy.toml")).expect("dev policy");

@@ -20,7 +20,6 @@
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,17 +29,15 @@ use hyper::body::Incoming;
 use hyper::Request;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use rustls::crypto::CryptoProvider;
-use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
-use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use rustls::{RootCertStore, ServerConfig};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
-use zeroize::Zeroizing;
 
 use crate::principal::Principal;
 
@@ -50,18 +47,8 @@ pub const ALPN_HTTP1: &[u8] = b"http/1.1";
 /// Why a TLS configuration could not be built. Always names the file involved.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
-    #[error("cannot read {}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
-    #[error("{}: no PEM certificate found", path.display())]
-    NoCertificate { path: PathBuf },
-    #[error("{}: invalid PEM: {reason}", path.display())]
-    Pem { path: PathBuf, reason: String },
-    #[error("{}: no PEM private key found (PKCS#8, SEC1 or PKCS#1)", path.display())]
-    NoPrivateKey { path: PathBuf },
+    #[error(transparent)]
+    Pem(#[from] keyfile::pem::PemError),
     #[error("{}: CA certificate rejected: {source}", path.display())]
     BadCa {
         path: PathBuf,
@@ -81,58 +68,20 @@ pub enum TlsError {
     Config(#[source] rustls::Error),
 }
 
-/// The crypto provider used for every hostd and sovctl TLS config.
+/// The crypto provider used for every hostd TLS config (sovctl selects the same one).
 pub fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
 /// Reads every certificate in a PEM file (leaf first for chains). Errors if there is none.
 pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let pem = std::fs::read(path).map_err(|source| TlsError::Io {
-        path: path.to_owned(),
-        source,
-    })?;
-    let certs = CertificateDer::pem_slice_iter(&pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| TlsError::Pem {
-            path: path.to_owned(),
-            reason: e.to_string(),
-        })?;
-    if certs.is_empty() {
-        return Err(TlsError::NoCertificate {
-            path: path.to_owned(),
-        });
-    }
-    Ok(certs)
+    Ok(keyfile::pem::load_certs(path)?)
 }
 
-/// Reads the first private key in a PEM file. The file contents are wiped from memory after
-/// parsing, and a key file readable by group or others is reported (not refused: some secret
-/// stores hand out keys with their own modes).
+/// Reads the first private key in a PEM file with the rules of every private key file
+/// (`keyfile`): refused when group or others may read it, wiped from memory after parsing.
 pub fn load_private_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
-    let io_err = |source| TlsError::Io {
-        path: path.to_owned(),
-        source,
-    };
-    let meta = std::fs::metadata(path).map_err(io_err)?;
-    let mode = meta.permissions().mode() & 0o777;
-    if mode & 0o077 != 0 {
-        tracing::warn!(
-            path = %path.display(),
-            mode = format_args!("{mode:o}"),
-            "private key file is readable by group or others; chmod 600 it"
-        );
-    }
-    let pem = Zeroizing::new(std::fs::read(path).map_err(io_err)?);
-    PrivateKeyDer::from_pem_slice(&pem).map_err(|e| match e {
-        rustls::pki_types::pem::Error::NoItemsFound => TlsError::NoPrivateKey {
-            path: path.to_owned(),
-        },
-        other => TlsError::Pem {
-            path: path.to_owned(),
-            reason: other.to_string(),
-        },
-    })
+    Ok(keyfile::pem::load_private_key(path)?)
 }
 
 fn root_store(ca_pem: &Path) -> Result<RootCertStore, TlsError> {
@@ -172,30 +121,6 @@ pub fn server_config(
     config.alpn_protocols = vec![ALPN_HTTP1.to_vec()];
     config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
     config.send_tls13_tickets = 0;
-    Ok(Arc::new(config))
-}
-
-/// The sovctl client config: TLS 1.3 only, trusting only the node CA in `ca_pem` (never the
-/// system roots, so a public CA cannot impersonate the node), presenting `cert`/`key`.
-pub fn client_config(
-    ca_pem: &Path,
-    cert: &Path,
-    key: &Path,
-) -> Result<Arc<ClientConfig>, TlsError> {
-    let roots = root_store(ca_pem)?;
-    let chain = load_certs(cert)?;
-    let private_key = load_private_key(key)?;
-    let mut config = ClientConfig::builder_with_provider(provider())
-        .with_protocol_versions(&[&rustls::version::TLS13])
-        .map_err(TlsError::Config)?
-        .with_root_certificates(roots)
-        .with_client_auth_cert(chain, private_key)
-        .map_err(|source| TlsError::CertKey {
-            cert: cert.to_owned(),
-            key: key.to_owned(),
-            source,
-        })?;
-    config.alpn_protocols = vec![ALPN_HTTP1.to_vec()];
     Ok(Arc::new(config))
 }
 

@@ -3,9 +3,10 @@
 //! ledger, and the example export must verify with the real `sovctl`.
 
 use attest::note::NoteSigner;
+use auditor::money::amount_paise;
+use auditor::record::{Record, UsageRecord, RECORD_VERSION};
 use hostd::audit;
 use hostd::ledger::Ledger;
-use hostd::record::{amount_paise, Record, UsageRecord, RECORD_VERSION};
 use std::fs;
 use std::process::Command;
 
@@ -42,6 +43,7 @@ fn example_record(id: u64, tenant: &str, lease: &str, prev: Option<u64>) -> Vec<
         attestation: None,
     })
     .to_leaf()
+    .unwrap()
 }
 
 /// The text of the fenced block that follows `<!-- example: name -->` in the document.
@@ -85,7 +87,7 @@ fn worked_example_matches_the_code_and_verifies() {
     let proof_file = dir.path().join("2-3.proof");
     fs::write(&proof_file, &proof).unwrap();
 
-    let verify = Command::new(env!("CARGO_BIN_EXE_sovctl"))
+    let verify = Command::new(sovctl_bin())
         .args(["audit", "verify", "--quiet", "--vkey"])
         .arg(export.join("log.vkey"))
         .arg(&export)
@@ -144,4 +146,21 @@ fn worked_example_matches_the_code_and_verifies() {
         "docs/audit.md is out of date; the code produces:\n\n{}",
         stale.join("\n")
     );
+}
+
+/// The `sovctl` binary that `cargo test --workspace` builds beside this test's executable
+/// (it belongs to the `sovctl` crate, so Cargo does not name it for hostd's tests).
+fn sovctl_bin() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let dir = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .expect("test executable lives in target/<profile>/deps");
+    let p = dir.join("sovctl");
+    assert!(
+        p.exists(),
+        "{} not found: run the tests with `cargo test --workspace` so Cargo builds sovctl",
+        p.display()
+    );
+    p
 }

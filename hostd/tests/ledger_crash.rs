@@ -7,7 +7,7 @@
 use attest::checkpoint::open_checkpoint;
 use attest::log::{verify_consistency, RootBuilder};
 use attest::note::NoteSigner;
-use hostd::audit::ConsistencyProof;
+use auditor::layout::ConsistencyProof;
 use hostd::ledger::Ledger;
 use std::io::{BufRead, BufReader};
 use std::path::Path;

@@ -5,8 +5,9 @@
 
 use attest::checkpoint::{open_checkpoint, sign_checkpoint, Checkpoint};
 use attest::note::NoteSigner;
+use auditor::money::amount_paise;
+use auditor::record::{Record, UsageRecord, RECORD_VERSION};
 use hostd::ledger::{Ledger, TREE_NAME};
-use hostd::record::{amount_paise, Record, UsageRecord, RECORD_VERSION};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -42,6 +43,7 @@ fn usage(id: u64, tenant: &str, lease: &str, gpu_ms: u64, rate: u64, prev: Optio
         attestation: None,
     })
     .to_leaf()
+    .unwrap()
 }
 
 /// 40 hours of one H100 for `acme` at ₹250/h interleaved with 10 half-hours for `beta`
@@ -133,7 +135,7 @@ impl Fixture {
             self.vkey_file().display().to_string(),
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
-        run(env!("CARGO_BIN_EXE_sovctl"), &args)
+        run(sovctl_bin(), &args)
     }
 }
 
@@ -144,7 +146,7 @@ struct Run {
     stderr: String,
 }
 
-fn run(bin: &str, args: &[String]) -> Run {
+fn run(bin: impl AsRef<std::ffi::OsStr>, args: &[String]) -> Run {
     let out = Command::new(bin).args(args).output().unwrap();
     Run {
         code: out.status.code(),
@@ -229,7 +231,7 @@ fn untouched_export_verifies_with_totals() {
 
     // Without a pinned key it verifies too, but warns that the key is the export's own.
     let v = run(
-        env!("CARGO_BIN_EXE_sovctl"),
+        sovctl_bin(),
         &["audit".into(), "verify".into(), out.display().to_string()],
     );
     assert_ok(&v);
@@ -596,4 +598,21 @@ fn the_exported_checkpoint_is_the_nodes() {
         fs::read_to_string(out.join("log.vkey")).unwrap(),
         format!("{}\n", signer().verifier().to_vkey())
     );
+}
+
+/// The `sovctl` binary that `cargo test --workspace` builds beside this test's executable
+/// (it belongs to the `sovctl` crate, so Cargo does not name it for hostd's tests).
+fn sovctl_bin() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let dir = exe
+        .parent()
+        .and_then(std::path::Path::parent)
+        .expect("test executable lives in target/<profile>/deps");
+    let p = dir.join("sovctl");
+    assert!(
+        p.exists(),
+        "{} not found: run the tests with `cargo test --workspace` so Cargo builds sovctl",
+        p.display()
+    );
+    p
 }

@@ -9,8 +9,8 @@
 use attest::ear::Status;
 use attest::verifier::NonceRegistry;
 use e2e::DevNode;
-use hostd::cli::attest::{build_verifier, TrustArgs};
 use serde_json::json;
+use sovctl::cli::attest::{build_verifier, TrustArgs};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 const WARMUP: usize = 20;

@@ -5,7 +5,8 @@
 //! The binaries are the ones Cargo built for this workspace (`cargo test --workspace` builds
 //! them before any test runs); they are looked up next to the test executable.
 
-use hostd::client::{Client, Profile};
+use hostd_api::profile::Profile;
+use sovctl::client::Client;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

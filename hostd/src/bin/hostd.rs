@@ -3,8 +3,10 @@
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use hostd::config::Config;
+#[cfg(feature = "dev")]
+use hostd::dev;
 use hostd::store::Store;
-use hostd::{cli, daemon, dev};
+use hostd::{cli, daemon};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -23,6 +25,7 @@ enum Cmd {
         config: PathBuf,
     },
     /// Run a complete dev node: dev PKI, simulated GPUs, embedded store.
+    #[cfg(feature = "dev")]
     Dev(dev::DevArgs),
     /// Offline audit tools that work on a stopped node's state directory.
     #[command(subcommand)]
@@ -32,7 +35,7 @@ enum Cmd {
 #[derive(Subcommand)]
 enum AuditCmd {
     /// Export the signed usage log from a stopped node's state directory.
-    Export(cli::audit::ExportStateArgs),
+    Export(cli::ExportStateArgs),
 }
 
 fn init_logging() {
@@ -53,14 +56,18 @@ fn serve(cfg: Config, dev_dir: Option<PathBuf>) -> anyhow::Result<()> {
     daemon::ensure_state_dir(&cfg.state.dir)?;
     let store = Store::open(&cfg.state.dir)?;
     let clock = daemon::node_clock(&cfg, &store)?;
+    #[cfg(feature = "dev")]
     if dev_dir.is_some() {
         // Still single-threaded: the runtime starts below.
         dev::set_sim_clock(&clock);
     }
     let node = daemon::open_node(cfg.clone(), store, clock)?;
+    #[cfg(feature = "dev")]
     if let Some(dir) = &dev_dir {
         println!("{}", dev::banner(dir, &cfg));
     }
+    #[cfg(not(feature = "dev"))]
+    let _ = dev_dir;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -78,11 +85,12 @@ fn main() -> ExitCode {
                 .map_err(anyhow::Error::from)
                 .and_then(|cfg| serve(cfg, None))
         }
+        #[cfg(feature = "dev")]
         Cmd::Dev(args) => {
             init_logging();
             dev::prepare(&args).and_then(|cfg| serve(cfg, Some(args.dir.clone())))
         }
-        Cmd::Audit(AuditCmd::Export(args)) => return cli::audit::run_export_state(args),
+        Cmd::Audit(AuditCmd::Export(args)) => return cli::run_export_state(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,8 +1,8 @@
 //! The newcomer's story: dev node, tenant, lease, metering, lease end, bill, offline audit.
 
 use crate::{create_tenants, expected_paise, export_and_verify, json, lease, wait_for};
+use auditor::money::format_inr;
 use e2e::{ok, DevNode};
-use hostd::billing::format_inr;
 
 #[test]
 fn tenant_leases_an_h100_is_metered_billed_and_audited_offline() {

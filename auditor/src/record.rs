@@ -3,7 +3,8 @@
 //! Each leaf of the ledger is exactly one record serialized as compact JSON (no trailing
 //! newline). The `id` of a record is its leaf index, so an auditor can check that line `i`
 //! of `records.jsonl` claims to be record `i`, and a tenant's receipt names the index its
-//! inclusion proof is for. Money is integer paise so totals add up exactly.
+//! inclusion proof is for. Money is integer paise so totals add up exactly (see
+//! [`crate::money::amount_paise`]).
 
 use serde::{Deserialize, Serialize};
 
@@ -125,14 +126,6 @@ pub struct UsageRecord {
     pub attestation: Option<u64>,
 }
 
-/// Amount in paise for `gpu_ms` at `rate_paise_per_hour`, rounded half up; exact integer math
-/// so that the same inputs bill the same on every machine.
-pub fn amount_paise(gpu_ms: u64, rate_paise_per_hour: u64) -> u64 {
-    let num = u128::from(gpu_ms) * u128::from(rate_paise_per_hour);
-    let amount = (num + 1_800_000) / 3_600_000;
-    u64::try_from(amount).unwrap_or(u64::MAX)
-}
-
 impl Record {
     /// The leaf index this record claims.
     pub fn id(&self) -> u64 {
@@ -161,21 +154,16 @@ impl Record {
         }
     }
 
-    /// Compact JSON bytes: the exact leaf data.
-    pub fn to_leaf(&self) -> Vec<u8> {
-        // Serializing plain structs of strings and numbers cannot fail.
-        serde_json::to_vec(self).unwrap_or_default()
+    /// Compact JSON bytes: the exact leaf data. A record that cannot be serialised is an
+    /// error, never an empty leaf.
+    pub fn to_leaf(&self) -> Result<Vec<u8>, serde_json::Error> {
+        serde_json::to_vec(self)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn forty_hours_of_h100_at_250_rupees() {
-        assert_eq!(amount_paise(40 * 3_600_000, 25_000), 1_000_000);
-    }
 
     #[test]
     fn new_kinds_round_trip_with_their_tags() {
@@ -190,7 +178,7 @@ mod tests {
             from: Some("on".into()),
             to: Some("off".into()),
         });
-        let leaf = String::from_utf8(g.to_leaf()).unwrap();
+        let leaf = String::from_utf8(g.to_leaf().unwrap()).unwrap();
         assert!(
             leaf.starts_with(r#"{"kind":"gpu-event","v":1,"id":3,"#),
             "{leaf}"
@@ -198,12 +186,5 @@ mod tests {
         assert!(leaf.contains(r#""event":"cc-mode-changed""#), "{leaf}");
         assert_eq!(serde_json::from_str::<Record>(&leaf).unwrap(), g);
         assert_eq!((g.id(), g.kind()), (3, "gpu-event"));
-    }
-
-    #[test]
-    fn rounds_half_up() {
-        // 1 ms at 1800 paise/h = 0.5 paise.
-        assert_eq!(amount_paise(1, 1_800_000), 1);
-        assert_eq!(amount_paise(1, 1_799_999), 0);
     }
 }

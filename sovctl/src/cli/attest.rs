@@ -6,10 +6,8 @@
 //! whether it is trustworthy. Exit codes: 0 affirming (or the command succeeded), 1 appraised
 //! but not affirming, or the node refused, 2 usage, file or connection error.
 
-use crate::attestation::{
-    create_signing_key, file_digest, read_signing_key, read_verifying_key, unix_now,
-};
-use crate::client::{Client, Profile};
+use super::{block_on, connect, finish, CmdResult, Exit, Fail};
+use crate::client::Client;
 use attest::ear::{AttestationResult, Status};
 use attest::evidence::Evidence;
 use attest::identity::{EnrollmentAuthority, EnrollmentClaims};
@@ -20,6 +18,7 @@ use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use zeroize::Zeroizing;
 
 /// `sovctl attest ...`: without a subcommand, challenge the node of the profile.
 #[derive(Debug, clap::Args)]
@@ -168,60 +167,67 @@ pub struct EnrollArgs {
     pub out: PathBuf,
 }
 
-/// A failure: exit code and message.
-#[derive(Debug)]
-pub struct Fail(pub u8, pub String);
-
 fn usage(e: impl std::fmt::Display) -> Fail {
-    Fail(2, e.to_string())
+    Fail::usage(e)
 }
 
 /// Runs `sovctl attest`; `profile` is sovctl's `--profile` (needed to reach a node).
 pub fn run(cmd: AttestCmd, profile: Option<&Path>, json_out: bool) -> ExitCode {
-    match execute(cmd, profile, json_out) {
-        Ok(code) => ExitCode::from(code),
-        Err(Fail(code, msg)) => {
-            eprintln!("sovctl: {msg}");
-            ExitCode::from(code)
-        }
-    }
+    finish(execute(cmd, profile, json_out))
 }
 
-fn execute(cmd: AttestCmd, profile: Option<&Path>, json_out: bool) -> Result<u8, Fail> {
+fn execute(cmd: AttestCmd, profile: Option<&Path>, json_out: bool) -> CmdResult {
     match cmd.cmd {
-        None => online(profile, |c| fetch_and_appraise(c, cmd.fetch, json_out)),
-        Some(AttestSub::Submit { result }) => online(profile, |c| submit(c, &result, json_out)),
+        None => {
+            let c = connect(profile)?;
+            block_on(fetch_and_appraise(c, cmd.fetch, json_out))
+        }
+        Some(AttestSub::Submit { result }) => {
+            let c = connect(profile)?;
+            block_on(submit(c, &result, json_out))
+        }
         Some(AttestSub::Verify(args)) => verify_offline(args, json_out),
         Some(AttestSub::Reference(args)) => reference(args),
         Some(AttestSub::Keygen { out }) => {
-            let key = create_signing_key(&out).map_err(usage)?;
+            let key = keyfile::create_ed25519(&out).map_err(usage)?;
             println!(
                 "created {} (private, 0600) and {} (public key {})",
                 out.display(),
-                crate::attestation::public_key_path(&out).display(),
+                keyfile::public_key_path(&out).display(),
                 hex::encode(key.verifying_key().to_bytes())
             );
-            Ok(0)
+            Ok(Exit::Ok)
         }
         Some(AttestSub::Enroll(args)) => enroll(args),
     }
 }
 
-fn online<F, Fut>(profile: Option<&Path>, f: F) -> Result<u8, Fail>
-where
-    F: FnOnce(Client) -> Fut,
-    Fut: std::future::Future<Output = Result<u8, Fail>>,
-{
-    let dir = profile.ok_or_else(|| {
-        usage("no profile: pass --profile DIR (e.g. dev-state/operator) or set SOVCTL_PROFILE")
-    })?;
-    let p = Profile::load(dir).map_err(usage)?;
-    let client = Client::new(&p).map_err(usage)?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| usage(format!("cannot start runtime: {e}")))?;
-    rt.block_on(f(client))
+/// Reads a private key made by `sovctl attest keygen` (the key-file rules of `keyfile`).
+fn read_signing_key(path: &Path) -> Result<ed25519_dalek::SigningKey, String> {
+    keyfile::read_ed25519(path).map_err(|e| e.to_string())
+}
+
+/// Reads a public key file (64 hex digits, e.g. `KEY.pub`).
+fn read_verifying_key(path: &Path) -> Result<ed25519_dalek::VerifyingKey, String> {
+    let b = keyfile::read_ed25519_public(path).map_err(|e| e.to_string())?;
+    attest::identity::verifying_key(&b).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// SHA-256 of a file's bytes, as measured into evidence and reference manifests.
+fn file_digest(path: &Path) -> std::io::Result<[u8; 32]> {
+    use sha2::{Digest, Sha256};
+    let mut f = std::fs::File::open(path)?;
+    let mut h = Sha256::new();
+    std::io::copy(&mut f, &mut h)?;
+    Ok(h.finalize().into())
+}
+
+/// Real time in Unix seconds: attestation is about wall-clock freshness.
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 fn parse_nonce(hex_text: &str) -> Result<[u8; 32], Fail> {
@@ -243,20 +249,8 @@ fn random_nonce() -> Result<[u8; 32], Fail> {
 
 /// DER certificates from a PEM file.
 pub fn read_pem_certs(path: &Path) -> Result<Vec<Vec<u8>>, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut reader = std::io::BufReader::new(bytes.as_slice());
-    let mut out = Vec::new();
-    for c in rustls_pemfile::certs(&mut reader) {
-        out.push(
-            c.map_err(|e| format!("{}: {e}", path.display()))?
-                .as_ref()
-                .to_vec(),
-        );
-    }
-    if out.is_empty() {
-        return Err(format!("{}: no PEM certificate in it", path.display()));
-    }
-    Ok(out)
+    let certs = keyfile::pem::load_certs(path).map_err(|e| e.to_string())?;
+    Ok(certs.iter().map(|c| c.as_ref().to_vec()).collect())
 }
 
 /// RIMs from files and folders, each signature-verified against `roots` at `now`: a RIM
@@ -324,11 +318,7 @@ pub fn build_verifier(t: &TrustArgs, now: u64) -> Result<Verifier, String> {
     let signing_key = match &t.verifier_key {
         Some(p) => read_signing_key(p)?,
         None => {
-            use rand_core::{OsRng, RngCore};
-            let mut seed = zeroize::Zeroizing::new([0u8; 32]);
-            OsRng
-                .try_fill_bytes(seed.as_mut())
-                .map_err(|e| format!("random generator: {e}"))?;
+            let seed: Zeroizing<[u8; 32]> = keyfile::random_seed().map_err(|e| e.to_string())?;
             ed25519_dalek::SigningKey::from_bytes(&seed)
         }
     };
@@ -426,7 +416,7 @@ fn print_result(
     evidence: &[u8],
     notes: &[String],
     json_out: bool,
-) -> Result<u8, Fail> {
+) -> CmdResult {
     let signed: Value = serde_json::from_slice(&result.to_bytes().map_err(usage)?)
         .map_err(|e| usage(e.to_string()))?;
     let r = &result.result;
@@ -443,7 +433,7 @@ fn print_result(
         "result": signed,
     });
     if json_out {
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        super::print_json(&v)?;
     } else {
         println!(
             "attestation: {}  (nonce {}, evidence {})",
@@ -476,13 +466,13 @@ fn print_result(
         }
     }
     Ok(if result.status() == Status::Affirming {
-        0
+        Exit::Ok
     } else {
-        1
+        Exit::Bad
     })
 }
 
-async fn fetch_and_appraise(client: Client, f: FetchArgs, json_out: bool) -> Result<u8, Fail> {
+async fn fetch_and_appraise(client: Client, f: FetchArgs, json_out: bool) -> CmdResult {
     let nonce = match (&f.nonce, f.nonce_random) {
         (Some(h), _) => parse_nonce(h)?,
         (None, true) => random_nonce()?,
@@ -491,36 +481,9 @@ async fn fetch_and_appraise(client: Client, f: FetchArgs, json_out: bool) -> Res
     // Build (and so check) the trust inputs before bothering the node; RIM signatures are
     // checked once, here, for the appraisal below.
     let verifier = build_verifier(&f.trust, unix_now()).map_err(usage)?;
-    let (status, body) = client
-        .post("/v1/attestation", &json!({ "nonce": hex::encode(nonce) }))
-        .await
-        .map_err(usage)?;
-    if !(200..300).contains(&status) {
-        return Err(Fail(
-            1,
-            format!(
-                "{} ({status})",
-                body.get("error")
-                    .and_then(Value::as_str)
-                    .unwrap_or("attestation request failed")
-            ),
-        ));
-    }
-    let evidence = body
-        .get("evidence")
-        .and_then(Value::as_str)
-        .ok_or_else(|| Fail(1, "the node's answer holds no evidence".into()))?
-        .as_bytes()
-        .to_vec();
-    let notes: Vec<String> = body
-        .get("measurement_notes")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(|n| n.as_str().map(String::from))
-                .collect()
-        })
-        .unwrap_or_default();
+    let answer = client.attest(&nonce).await?;
+    let evidence = answer.evidence.into_bytes();
+    let notes = answer.measurement_notes;
     if let Some(out) = &f.out {
         std::fs::write(out, &evidence).map_err(|e| usage(format!("{}: {e}", out.display())))?;
     }
@@ -528,7 +491,7 @@ async fn fetch_and_appraise(client: Client, f: FetchArgs, json_out: bool) -> Res
     print_result(&result, &evidence, &notes, json_out)
 }
 
-fn verify_offline(args: VerifyArgs, json_out: bool) -> Result<u8, Fail> {
+fn verify_offline(args: VerifyArgs, json_out: bool) -> CmdResult {
     let nonce = parse_nonce(&args.nonce)?;
     let bytes = std::fs::read(&args.evidence)
         .map_err(|e| usage(format!("{}: {e}", args.evidence.display())))?;
@@ -539,42 +502,21 @@ fn verify_offline(args: VerifyArgs, json_out: bool) -> Result<u8, Fail> {
     print_result(&result, evidence, &[], json_out)
 }
 
-async fn submit(client: Client, path: &Path, json_out: bool) -> Result<u8, Fail> {
+async fn submit(client: Client, path: &Path, json_out: bool) -> CmdResult {
     let bytes = std::fs::read(path).map_err(|e| usage(format!("{}: {e}", path.display())))?;
-    let (status, body) = client
-        .raw(
-            "POST",
-            "/v1/attestation/results",
-            Some("application/json"),
-            bytes,
-        )
-        .await
-        .map_err(usage)?;
-    let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    if !(200..300).contains(&status) {
-        return Err(Fail(
-            1,
-            format!(
-                "{} ({status})",
-                v.get("error")
-                    .and_then(Value::as_str)
-                    .unwrap_or("the node refused the result")
-            ),
-        ));
-    }
+    let rec = client.submit_attestation_result(bytes).await?;
     if json_out {
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        super::print_json(&rec)?;
     } else {
         println!(
             "attestation result ({}) appended to the ledger as record {}",
-            v["status"].as_str().unwrap_or("?"),
-            v["id"]
+            rec.status, rec.id
         );
     }
-    Ok(0)
+    Ok(Exit::Ok)
 }
 
-fn reference(args: ReferenceArgs) -> Result<u8, Fail> {
+fn reference(args: ReferenceArgs) -> CmdResult {
     let key = read_signing_key(&args.key).map_err(usage)?;
     let mut measurements = BTreeMap::new();
     for m in &args.measurements {
@@ -612,10 +554,10 @@ fn reference(args: ReferenceArgs) -> Result<u8, Fail> {
         manifest.manifest.measurements.len(),
         hex::encode(manifest.release_key)
     );
-    Ok(0)
+    Ok(Exit::Ok)
 }
 
-fn enroll(args: EnrollArgs) -> Result<u8, Fail> {
+fn enroll(args: EnrollArgs) -> CmdResult {
     let key = read_signing_key(&args.authority_key).map_err(usage)?;
     let text = if Path::new(&args.node_key).is_file() {
         std::fs::read_to_string(&args.node_key)
@@ -642,5 +584,5 @@ fn enroll(args: EnrollArgs) -> Result<u8, Fail> {
     std::fs::write(&args.out, cert.to_bytes().map_err(usage)?)
         .map_err(|e| usage(format!("{}: {e}", args.out.display())))?;
     println!("wrote {} (valid {days} days)", args.out.display());
-    Ok(0)
+    Ok(Exit::Ok)
 }

@@ -359,26 +359,11 @@ fn write_replace(dest: &Path, data: &[u8]) -> std::io::Result<()> {
     std::fs::rename(&tmp, dest)
 }
 
-#[cfg(unix)]
+/// The signer key must follow the key-file rules (regular file, no group/other access).
 fn check_private_mode(path: &Path) -> Result<(), Outcome> {
-    use std::os::unix::fs::PermissionsExt;
-    match std::fs::metadata(path) {
-        Ok(m) if m.permissions().mode() & 0o077 != 0 => Err(Outcome::usage(format!(
-            "error: {} is readable by group or others (mode {:o}); run chmod 600 on it\n",
-            path.display(),
-            m.permissions().mode() & 0o777
-        ))),
-        Ok(_) => Ok(()),
-        Err(e) => Err(Outcome::usage(format!(
-            "error: cannot read signer key file {}: {e}\n",
-            path.display()
-        ))),
-    }
-}
-
-#[cfg(not(unix))]
-fn check_private_mode(_path: &Path) -> Result<(), Outcome> {
-    Ok(())
+    keyfile::read_private(path)
+        .map(drop)
+        .map_err(|e| Outcome::usage(format!("error: {e}\n")))
 }
 
 fn explain(file: &Path, request: &Path, json: bool) -> Outcome {
@@ -492,11 +477,11 @@ fn keygen(name: &str, out: &Path) -> Outcome {
         }
     }
     let encoded = key.encode();
-    if let Err(e) = crate::keys::write_new_private(&key_path, encoded.as_bytes()) {
+    if let Err(e) = keyfile::write_new_private(&key_path, encoded.as_bytes()) {
         return Outcome::usage(format!("error: cannot write {}: {e}\n", key_path.display()));
     }
     let vkey = key.verifier().encode();
-    if let Err(e) = write_new(&vkey_path, format!("{vkey}\n").as_bytes(), 0o644) {
+    if let Err(e) = keyfile::write_new_public(&vkey_path, format!("{vkey}\n").as_bytes()) {
         return Outcome::usage(format!(
             "error: cannot write {}: {e}\n",
             vkey_path.display()
@@ -507,21 +492,6 @@ fn keygen(name: &str, out: &Path) -> Outcome {
         key_path.display(),
         vkey_path.display()
     ))
-}
-
-fn write_new(path: &Path, data: &[u8], mode: u32) -> std::io::Result<()> {
-    let mut opts = std::fs::OpenOptions::new();
-    opts.write(true).create_new(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        opts.mode(mode);
-    }
-    #[cfg(not(unix))]
-    let _ = mode;
-    let mut f = opts.open(path)?;
-    f.write_all(data)?;
-    f.sync_all()
 }
 
 #[cfg(test)]

@@ -7,8 +7,20 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TenantStatus {
+    /// May lease GPUs.
     Active,
+    /// May not lease GPUs; its records and bills stay readable.
     Suspended,
+}
+
+impl TenantStatus {
+    /// The word the API uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TenantStatus::Active => "active",
+            TenantStatus::Suspended => "suspended",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

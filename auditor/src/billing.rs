@@ -93,29 +93,33 @@ pub fn invoice(
     (lines, ids)
 }
 
+/// A ledger leaf that is not a record.
+#[derive(Debug, thiserror::Error)]
+#[error("record {index} is not a valid record: {source}")]
+pub struct BillingError {
+    /// Leaf index of the undecodable record.
+    pub index: u64,
+    pub source: serde_json::Error,
+}
+
 /// Usage records among ledger leaves; other record kinds are skipped, undecodable leaves are
 /// an error naming the record.
-pub fn usage_records(leaves: &[Vec<u8>]) -> Result<Vec<UsageRecord>, String> {
+pub fn usage_records(leaves: &[Vec<u8>]) -> Result<Vec<UsageRecord>, BillingError> {
     let mut out = Vec::new();
-    for (i, leaf) in leaves.iter().enumerate() {
+    for (index, leaf) in (0u64..).zip(leaves) {
         match serde_json::from_slice::<Record>(leaf) {
             Ok(Record::Usage(u)) => out.push(u),
             Ok(Record::Attestation(_) | Record::GpuEvent(_)) => {}
-            Err(e) => return Err(format!("record {i} is not a valid record: {e}")),
+            Err(source) => return Err(BillingError { index, source }),
         }
     }
     Ok(out)
 }
 
-/// `₹10,000.00`, with Indian digit grouping (`₹1,00,000.00`); one implementation shared
-/// with the auditor's summary.
-pub fn format_inr(paise: u64) -> String {
-    crate::audit::format_inr(u128::from(paise))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::money::format_inr;
 
     fn rec(id: u64, tenant: &str, start_h: i64) -> UsageRecord {
         UsageRecord {
@@ -161,5 +165,19 @@ mod tests {
             start,
         );
         assert_eq!(lines[0].records, 10);
+    }
+
+    #[test]
+    fn an_undecodable_leaf_is_named() {
+        let good = crate::record::Record::Usage(rec(0, "a", 0))
+            .to_leaf()
+            .unwrap();
+        let e = usage_records(&[good, b"{}".to_vec()]).unwrap_err();
+        assert_eq!(e.index, 1);
+        assert!(
+            e.to_string()
+                .starts_with("record 1 is not a valid record: "),
+            "{e}"
+        );
     }
 }

@@ -1,43 +1,44 @@
-//! The mTLS API client used by `sovctl` (and by tests): profiles and a keep-alive HTTPS client.
-//!
-//! A **profile** is a directory holding everything needed to talk to one node as one principal,
-//! so an operator types `sovctl --profile dev-state/operator ...` instead of four paths:
-//!
-//! ```toml
-//! # dev-state/operator/profile.toml
-//! server = "https://127.0.0.1:8443"
-//! ca = "ca.pem"          # the node CA; the only CA this client trusts
-//! cert = "cert.pem"      # client certificate (SPIFFE ID in its URI SAN)
-//! key = "key.pem"        # its private key (mode 0600)
-//! principal = "spiffe://dev.sovereign.test/operator/operator"   # informational
-//! ```
-//!
-//! Relative paths are relative to the profile directory, so a profile can be copied elsewhere
-//! as a whole.
+//! The mTLS API client: a keep-alive HTTPS client, typed end to end.
 //!
 //! The [`Client`] keeps one HTTP/1.1 connection open and reuses it; when the server has closed
 //! it (idle timeout, restart) the next request reconnects, and a request that provably never
 //! left the client is retried once on the new connection. Errors say what to check: whether
 //! hostd runs at that address, whether it refused the certificate, whether the answer was JSON.
+//!
+//! Each API route has a typed method ([`Client::health`], [`Client::create_lease`], …) that
+//! sends and answers the types of `hostd-api`; a refusal by the node is
+//! [`ClientError::Api`] carrying the node's [`ErrorBody`]. The untyped [`Client::get`],
+//! [`Client::post`] and [`Client::raw`] remain for tools and tests that probe the API with
+//! what a typed client would never send.
 
 use std::error::Error as StdError;
 use std::io;
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper::client::conn::http1::SendRequest;
-use hyper::{Method, Request, Response, Uri};
+use hyper::{Method, Request, Response};
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::ServerName;
-use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
-use crate::principal::Principal;
 use crate::tls::{self, TlsError};
+use auditor::billing::Invoice;
+use auditor::record::AttestationRecord;
+use hostd_api::answer::{
+    AttestationRequest, ErrorBody, EvidenceAnswer, Health, LeaseEnded, LeaseList, TenantList,
+    UsageList, UsageReceipt,
+};
+use hostd_api::gpu::GpuList;
+use hostd_api::lease::{Lease, NewLease};
+use hostd_api::profile::{parse_server_url, Profile, ProfileError, ServerUrl};
+use hostd_api::query::{BillQuery, RecordsQuery, UsageQuery};
+use hostd_api::tenant::{NewTenant, Tenant};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
 
 /// Largest JSON response accepted by [`Client::get`], [`Client::post`], [`Client::delete`].
 pub const MAX_JSON_BYTES: usize = 64 * 1024 * 1024;
@@ -50,10 +51,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Why a profile could not be loaded or a request failed. Messages are meant for operators.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    #[error("profile {}: {reason}", path.display())]
-    Profile { path: PathBuf, reason: String },
-    #[error("invalid server URL {url:?}: {reason}")]
-    BadUrl { url: String, reason: String },
+    #[error(transparent)]
+    Profile(#[from] ProfileError),
     #[error(transparent)]
     Tls(#[from] TlsError),
     #[error("invalid request path {0:?}: must start with '/'")]
@@ -99,153 +98,19 @@ pub enum ClientError {
         status: u16,
         body: serde_json::Value,
     },
+    /// The node answered with an error: the request was understood and refused.
+    #[error("{} ({status}){}", body.error, reasons(body))]
+    Api { status: u16, body: ErrorBody },
+    #[error("the node's answer (HTTP {status}) does not have the expected shape: {source}")]
+    Shape {
+        status: u16,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("the node sent non-UTF-8 text")]
+    NotText,
     #[error("writing the response: {0}")]
     Write(#[source] io::Error),
-}
-
-/// Where a node is and how to prove who we are to it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Profile {
-    /// `https://host:port` of the hostd API.
-    pub server: String,
-    /// The node CA certificate (PEM); the only trust anchor for the server's certificate.
-    pub ca: PathBuf,
-    /// Our client certificate (PEM).
-    pub cert: PathBuf,
-    /// Our private key (PEM).
-    pub key: PathBuf,
-}
-
-/// On-disk form of a profile.
-#[derive(Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ProfileFile {
-    server: String,
-    ca: String,
-    cert: String,
-    key: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    principal: Option<String>,
-}
-
-impl Profile {
-    /// The file inside a profile directory.
-    pub const FILE_NAME: &'static str = "profile.toml";
-
-    pub fn new(
-        server: impl Into<String>,
-        ca: impl Into<PathBuf>,
-        cert: impl Into<PathBuf>,
-        key: impl Into<PathBuf>,
-    ) -> Profile {
-        Profile {
-            server: server.into(),
-            ca: ca.into(),
-            cert: cert.into(),
-            key: key.into(),
-        }
-    }
-
-    /// Loads `path/profile.toml` (or `path` itself if it is a file). Relative paths inside are
-    /// resolved against the directory holding the file.
-    pub fn load(path: &Path) -> Result<Profile, ClientError> {
-        let file = if path.is_dir() {
-            path.join(Self::FILE_NAME)
-        } else {
-            path.to_owned()
-        };
-        let base = file.parent().unwrap_or(Path::new("."));
-        let err = |reason: String| ClientError::Profile {
-            path: file.clone(),
-            reason,
-        };
-        let text = std::fs::read_to_string(&file).map_err(|e| {
-            err(if e.kind() == io::ErrorKind::NotFound {
-                format!(
-                    "not found; a profile is a directory holding {} (see docs/pki.md)",
-                    Self::FILE_NAME
-                )
-            } else {
-                e.to_string()
-            })
-        })?;
-        let parsed: ProfileFile = toml::from_str(&text).map_err(|e| err(e.to_string()))?;
-        parse_server_url(&parsed.server).map_err(|e| err(e.to_string()))?;
-        let resolve = |p: &str| -> Result<PathBuf, ClientError> {
-            if p.is_empty() {
-                return Err(err("empty path".into()));
-            }
-            Ok(base.join(p))
-        };
-        Ok(Profile {
-            server: parsed.server.clone(),
-            ca: resolve(&parsed.ca)?,
-            cert: resolve(&parsed.cert)?,
-            key: resolve(&parsed.key)?,
-        })
-    }
-
-    /// The `profile.toml` text for this profile; `principal` is recorded for humans only.
-    pub fn to_toml(&self, principal: Option<&Principal>) -> String {
-        let file = ProfileFile {
-            server: self.server.clone(),
-            ca: self.ca.to_string_lossy().into_owned(),
-            cert: self.cert.to_string_lossy().into_owned(),
-            key: self.key.to_string_lossy().into_owned(),
-            principal: principal.map(Principal::spiffe_uri),
-        };
-        let body = toml::to_string(&file).unwrap_or_default();
-        format!(
-            "# sovctl profile: use with `sovctl --profile <this directory>`.\n\
-             # Relative paths are relative to this directory.\n{body}"
-        )
-    }
-}
-
-/// A parsed `https://host[:port]` server URL.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServerUrl {
-    /// Host name or IP address, without IPv6 brackets.
-    pub host: String,
-    pub port: u16,
-    /// `host:port` as sent in the Host header.
-    pub authority: String,
-}
-
-/// Parses a server URL: `https` only, no user info, path, query or fragment.
-pub fn parse_server_url(url: &str) -> Result<ServerUrl, ClientError> {
-    let bad = |reason: &str| ClientError::BadUrl {
-        url: url.to_owned(),
-        reason: reason.to_owned(),
-    };
-    let uri: Uri = url.parse().map_err(|_| bad("not a URL"))?;
-    if uri.scheme_str() != Some("https") {
-        return Err(bad(
-            "the scheme must be https (hostd speaks mutual TLS only)",
-        ));
-    }
-    let authority = uri.authority().ok_or_else(|| bad("no host"))?;
-    if authority.as_str().contains('@') {
-        return Err(bad("user info is not allowed"));
-    }
-    if !matches!(uri.path(), "" | "/") || uri.query().is_some() {
-        return Err(bad("give only https://host:port, without a path or query"));
-    }
-    let host = authority.host();
-    let host = host
-        .strip_prefix('[')
-        .and_then(|h| h.strip_suffix(']'))
-        .unwrap_or(host);
-    if host.is_empty() {
-        return Err(bad("no host"));
-    }
-    ServerName::try_from(host).map_err(|_| bad("invalid host name"))?;
-    let port = authority.port_u16().unwrap_or(443);
-    Ok(ServerUrl {
-        host: host.to_owned(),
-        port,
-        authority: authority.as_str().to_owned(),
-    })
 }
 
 /// An API client bound to one server and one client identity. Cheap to share behind `&`;
@@ -271,11 +136,12 @@ impl Client {
     /// Loads the profile's certificates and key. Does not connect yet: the first request does.
     pub fn new(profile: &Profile) -> Result<Client, ClientError> {
         let url = parse_server_url(&profile.server)?;
-        let server_name =
-            ServerName::try_from(url.host.clone()).map_err(|_| ClientError::BadUrl {
+        let server_name = ServerName::try_from(url.host.clone()).map_err(|_| {
+            ClientError::Profile(ProfileError::BadUrl {
                 url: profile.server.clone(),
                 reason: "invalid host name".into(),
-            })?;
+            })
+        })?;
         let config = tls::client_config(&profile.ca, &profile.cert, &profile.key)?;
         Ok(Client {
             server: profile.server.trim_end_matches('/').to_owned(),
@@ -565,6 +431,186 @@ fn received_alert(e: &(dyn StdError + 'static)) -> Option<String> {
     None
 }
 
+/// The reasons of a policy refusal, one per line, for [`ClientError::Api`]'s message.
+fn reasons(body: &ErrorBody) -> String {
+    let mut s = String::new();
+    for r in body.reasons.iter().flatten() {
+        s.push_str("\n  - ");
+        s.push_str(r);
+    }
+    if let Some(id) = &body.request_id {
+        s.push_str(&format!(" [request {id}]"));
+    }
+    s
+}
+
+/// A JSON answer as `T` when the status is 2xx, else the node's [`ErrorBody`].
+fn typed<T: DeserializeOwned>(status: u16, body: serde_json::Value) -> Result<T, ClientError> {
+    if (200..300).contains(&status) {
+        return serde_json::from_value(body)
+            .map_err(|source| ClientError::Shape { status, source });
+    }
+    Err(api_error(status, body))
+}
+
+/// A non-2xx answer as [`ClientError::Api`] (or [`ClientError::Shape`] when the node did not
+/// send the documented error shape).
+fn api_error(status: u16, body: serde_json::Value) -> ClientError {
+    match serde_json::from_value::<ErrorBody>(body) {
+        Ok(body) => ClientError::Api { status, body },
+        Err(source) => ClientError::Shape { status, source },
+    }
+}
+
+/// One method per API route, each sending and answering `hostd-api` types.
+impl Client {
+    async fn call<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
+        let (status, body) = self.get(path).await?;
+        typed(status, body)
+    }
+
+    async fn call_post<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &impl Serialize,
+    ) -> Result<T, ClientError> {
+        let body =
+            serde_json::to_vec(body).map_err(|source| ClientError::Shape { status: 0, source })?;
+        let response = self.send(Method::POST, path, Some(body)).await?;
+        let status = response.status().as_u16();
+        let bytes = self.collect(response.into_body(), MAX_JSON_BYTES).await?;
+        typed(status, decode_json(status, &bytes)?)
+    }
+
+    /// `GET path` as text (checkpoints, keys, proofs), or the node's error.
+    pub async fn text(&self, path: &str) -> Result<String, ClientError> {
+        String::from_utf8(self.bytes(path).await?).map_err(|_| ClientError::NotText)
+    }
+
+    /// `GET path` as bytes up to [`MAX_BYTES`], or the node's error.
+    pub async fn bytes(&self, path: &str) -> Result<Vec<u8>, ClientError> {
+        let (status, body) = self.get_bytes(path).await?;
+        if (200..300).contains(&status) {
+            return Ok(body);
+        }
+        Err(api_error(status, decode_json(status, &body)?))
+    }
+
+    /// `GET /v1/health`.
+    pub async fn health(&self) -> Result<Health, ClientError> {
+        self.call("/v1/health").await
+    }
+
+    /// `POST /v1/tenants` (operators).
+    pub async fn create_tenant(&self, t: &NewTenant) -> Result<Tenant, ClientError> {
+        self.call_post("/v1/tenants", t).await
+    }
+
+    /// `GET /v1/tenants`.
+    pub async fn tenants(&self) -> Result<TenantList, ClientError> {
+        self.call("/v1/tenants").await
+    }
+
+    /// `GET /v1/tenants/{id}`.
+    pub async fn tenant(&self, id: &str) -> Result<Tenant, ClientError> {
+        self.call(&format!("/v1/tenants/{}", segment(id))).await
+    }
+
+    /// `POST /v1/tenants/{id}/suspend` (operators).
+    pub async fn suspend_tenant(&self, id: &str) -> Result<Tenant, ClientError> {
+        let path = format!("/v1/tenants/{}/suspend", segment(id));
+        self.call_post(&path, &serde_json::json!({})).await
+    }
+
+    /// `GET /v1/gpus`.
+    pub async fn gpus(&self) -> Result<GpuList, ClientError> {
+        self.call("/v1/gpus").await
+    }
+
+    /// `POST /v1/leases`.
+    pub async fn create_lease(&self, l: &NewLease) -> Result<Lease, ClientError> {
+        self.call_post("/v1/leases", l).await
+    }
+
+    /// `GET /v1/leases`.
+    pub async fn leases(&self) -> Result<LeaseList, ClientError> {
+        self.call("/v1/leases").await
+    }
+
+    /// `GET /v1/leases/{id}`.
+    pub async fn lease(&self, id: &str) -> Result<Lease, ClientError> {
+        self.call(&format!("/v1/leases/{}", segment(id))).await
+    }
+
+    /// `POST /v1/leases/{id}/end`.
+    pub async fn end_lease(&self, id: &str) -> Result<LeaseEnded, ClientError> {
+        let path = format!("/v1/leases/{}/end", segment(id));
+        self.call_post(&path, &serde_json::json!({})).await
+    }
+
+    /// `GET /v1/usage`.
+    pub async fn usage(&self, q: &UsageQuery) -> Result<UsageList, ClientError> {
+        self.call(&q.path()).await
+    }
+
+    /// `GET /v1/usage/{id}/receipt`.
+    pub async fn receipt(&self, id: u64) -> Result<UsageReceipt, ClientError> {
+        self.call(&format!("/v1/usage/{id}/receipt")).await
+    }
+
+    /// `GET /v1/bill`.
+    pub async fn bill(&self, q: &BillQuery) -> Result<Invoice, ClientError> {
+        self.call(&q.path()).await
+    }
+
+    /// `GET /v1/audit/checkpoint`: the latest signed checkpoint note.
+    pub async fn checkpoint(&self) -> Result<String, ClientError> {
+        self.text("/v1/audit/checkpoint").await
+    }
+
+    /// `GET /v1/audit/vkey`: the log's verifier key, one line.
+    pub async fn vkey(&self) -> Result<String, ClientError> {
+        self.text("/v1/audit/vkey").await
+    }
+
+    /// `GET /v1/audit/records`: `records.jsonl` of records `0..size`.
+    pub async fn records(&self, q: &RecordsQuery) -> Result<Vec<u8>, ClientError> {
+        self.bytes(&q.path()).await
+    }
+
+    /// `POST /v1/attestation`: fresh evidence over `nonce`.
+    pub async fn attest(&self, nonce: &[u8; 32]) -> Result<EvidenceAnswer, ClientError> {
+        let req = AttestationRequest {
+            nonce: hex::encode(nonce),
+        };
+        self.call_post("/v1/attestation", &req).await
+    }
+}
+
+impl Client {
+    /// `POST /v1/attestation/results` (operators): a signed attestation result, sent as it
+    /// is (canonical JSON), answered with the ledger record it became.
+    pub async fn submit_attestation_result(
+        &self,
+        result: Vec<u8>,
+    ) -> Result<AttestationRecord, ClientError> {
+        let (status, body) = self
+            .raw(
+                "POST",
+                "/v1/attestation/results",
+                Some("application/json"),
+                result,
+            )
+            .await?;
+        typed(status, decode_json(status, &body)?)
+    }
+}
+
+/// An id as one path segment: percent-encoded, so an id can never add a path component.
+fn segment(id: &str) -> String {
+    hostd_api::query::encode(id)
+}
+
 fn decode_json(status: u16, bytes: &[u8]) -> Result<serde_json::Value, ClientError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(serde_json::Value::Null);
@@ -578,77 +624,6 @@ fn decode_json(status: u16, bytes: &[u8]) -> Result<serde_json::Value, ClientErr
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_server_urls() {
-        let u = parse_server_url("https://127.0.0.1:8443").unwrap();
-        assert_eq!((u.host.as_str(), u.port), ("127.0.0.1", 8443));
-        let u = parse_server_url("https://node1.example/").unwrap();
-        assert_eq!(
-            (u.host.as_str(), u.port, u.authority.as_str()),
-            ("node1.example", 443, "node1.example")
-        );
-        let u = parse_server_url("https://[::1]:9000").unwrap();
-        assert_eq!((u.host.as_str(), u.port), ("::1", 9000));
-        for bad in [
-            "http://127.0.0.1:8443",
-            "127.0.0.1:8443",
-            "https://",
-            "https://user@host:1",
-            "https://host:1/v1",
-            "https://host:1?x",
-            "",
-        ] {
-            assert!(parse_server_url(bad).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn profile_round_trips_and_resolves_relative_paths() {
-        let tmp = tempfile::tempdir().unwrap();
-        let p = Profile::new(
-            "https://127.0.0.1:8443",
-            "ca.pem",
-            "cert.pem",
-            "/abs/key.pem",
-        );
-        std::fs::write(tmp.path().join(Profile::FILE_NAME), p.to_toml(None)).unwrap();
-        let loaded = Profile::load(tmp.path()).unwrap();
-        assert_eq!(loaded.server, p.server);
-        assert_eq!(loaded.ca, tmp.path().join("ca.pem"));
-        assert_eq!(loaded.key, PathBuf::from("/abs/key.pem"));
-        // Loading the file directly works too.
-        assert_eq!(
-            Profile::load(&tmp.path().join(Profile::FILE_NAME)).unwrap(),
-            loaded
-        );
-    }
-
-    #[test]
-    fn profile_errors_name_the_file() {
-        let tmp = tempfile::tempdir().unwrap();
-        let e = Profile::load(tmp.path()).unwrap_err().to_string();
-        assert!(e.contains("profile.toml") && e.contains("not found"), "{e}");
-        let f = tmp.path().join(Profile::FILE_NAME);
-        std::fs::write(
-            &f,
-            "server = \"https://h:1\"\nca = \"a\"\ncert = \"b\"\nkey = \"c\"\nextra = 1\n",
-        )
-        .unwrap();
-        assert!(Profile::load(tmp.path())
-            .unwrap_err()
-            .to_string()
-            .contains("extra"));
-        std::fs::write(
-            &f,
-            "server = \"http://h:1\"\nca = \"a\"\ncert = \"b\"\nkey = \"c\"\n",
-        )
-        .unwrap();
-        assert!(Profile::load(tmp.path())
-            .unwrap_err()
-            .to_string()
-            .contains("https"));
-    }
 
     #[test]
     fn decodes_json_or_reports_a_snippet() {

@@ -1,0 +1,163 @@
+//! Query strings of the `GET` routes.
+//!
+//! Clients build them with [`QueryString`], the one place that percent-encodes, and the
+//! daemon parses the same structs (with unknown parameters refused), so both sides agree on
+//! names and types.
+
+use serde::{Deserialize, Serialize};
+
+/// Builds `path?k=v&k=v`, percent-encoding every value (RFC 3986 unreserved characters pass
+/// through; everything else, `+`, `&`, `=` and non-ASCII included, is `%XX`).
+#[derive(Debug, Clone, Default)]
+pub struct QueryString {
+    pairs: Vec<(&'static str, String)>,
+}
+
+impl QueryString {
+    /// An empty query.
+    pub fn new() -> QueryString {
+        QueryString::default()
+    }
+
+    /// Adds `key=value`.
+    pub fn push(mut self, key: &'static str, value: impl std::fmt::Display) -> QueryString {
+        self.pairs.push((key, value.to_string()));
+        self
+    }
+
+    /// Adds `key=value` when there is a value.
+    pub fn push_opt(self, key: &'static str, value: Option<impl std::fmt::Display>) -> Self {
+        match value {
+            Some(v) => self.push(key, v),
+            None => self,
+        }
+    }
+
+    /// `path` followed by `?` and the pairs, or `path` alone when there are none.
+    pub fn to_path(&self, path: &str) -> String {
+        if self.pairs.is_empty() {
+            return path.to_owned();
+        }
+        let pairs: Vec<String> = self
+            .pairs
+            .iter()
+            .map(|(k, v)| format!("{}={}", encode(k), encode(v)))
+            .collect();
+        format!("{path}?{}", pairs.join("&"))
+    }
+}
+
+/// Percent-encodes everything but RFC 3986's unreserved characters.
+pub fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                out.push(char::from(b))
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+/// `GET /v1/usage`: usage records, optionally of one tenant and one lease.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UsageQuery {
+    /// Only this tenant's records (a tenant always sees only its own).
+    pub tenant: Option<String>,
+    /// Only this lease's records.
+    pub lease: Option<String>,
+}
+
+impl UsageQuery {
+    /// The request path.
+    pub fn path(&self) -> String {
+        QueryString::new()
+            .push_opt("tenant", self.tenant.as_deref())
+            .push_opt("lease", self.lease.as_deref())
+            .to_path("/v1/usage")
+    }
+}
+
+/// `GET /v1/bill`: a tenant's invoice over an optional period.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BillQuery {
+    /// The tenant billed.
+    pub tenant: String,
+    /// Start (RFC 3339 or YYYY-MM-DD), inclusive.
+    pub from: Option<String>,
+    /// End (RFC 3339 or YYYY-MM-DD), exclusive.
+    pub to: Option<String>,
+}
+
+impl BillQuery {
+    /// The request path.
+    pub fn path(&self) -> String {
+        QueryString::new()
+            .push("tenant", &self.tenant)
+            .push_opt("from", self.from.as_deref())
+            .push_opt("to", self.to.as_deref())
+            .to_path("/v1/bill")
+    }
+}
+
+/// `GET /v1/audit/records`: `records.jsonl` for records `0..size`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecordsQuery {
+    /// Records `0..size`; default: the current checkpoint's size.
+    pub size: Option<u64>,
+}
+
+impl RecordsQuery {
+    /// The request path.
+    pub fn path(&self) -> String {
+        QueryString::new()
+            .push_opt("size", self.size)
+            .to_path("/v1/audit/records")
+    }
+}
+
+/// `GET /v1/audit/consistency`: a consistency proof from an older size to the current one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConsistencyQuery {
+    /// The older tree size.
+    pub from: u64,
+}
+
+impl ConsistencyQuery {
+    /// The request path.
+    pub fn path(&self) -> String {
+        QueryString::new()
+            .push("from", self.from)
+            .to_path("/v1/audit/consistency")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_every_value() {
+        let q = BillQuery {
+            tenant: "hyd speech&x=1".into(),
+            from: Some("2026-01-01T00:00:00+05:30".into()),
+            to: None,
+        };
+        assert_eq!(
+            q.path(),
+            "/v1/bill?tenant=hyd%20speech%26x%3D1&from=2026-01-01T00%3A00%3A00%2B05%3A30"
+        );
+        assert_eq!(UsageQuery::default().path(), "/v1/usage");
+        assert_eq!(
+            RecordsQuery { size: Some(7) }.path(),
+            "/v1/audit/records?size=7"
+        );
+        assert_eq!(encode("₹"), "%E2%82%B9");
+    }
+}

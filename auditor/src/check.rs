@@ -1,0 +1,468 @@
+//! Checks of one line of `records.jsonl`, and the usage totals of the lines that pass.
+//!
+//! A line must be a [`Record`] whose `id` is its line number, of a schema version this build
+//! understands; a usage record's amount must follow from its time and rate, its
+//! `gpu_seconds` from its `gpu_ms`, its energy must be a non-negative number, and its `prev`
+//! and `attestation` must point to earlier records. Each failure is a [`RecordProblem`].
+
+use crate::money::amount_paise;
+use crate::record::{Record, RECORD_VERSION};
+use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+/// How many record-level problems a report lists before only counting them.
+pub const MAX_LISTED_PROBLEMS: usize = 20;
+
+/// What is wrong with one record line (the line's index is kept by the finding that holds
+/// this). `Display` is the message without the leading `record <index>: `.
+#[derive(Debug, Clone, PartialEq, Serialize, thiserror::Error)]
+#[serde(tag = "problem", rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum RecordProblem {
+    #[error(
+        "line ends with a carriage return (was records.jsonl converted to CRLF line endings?); \
+         it does not match the signed log"
+    )]
+    CarriageReturn,
+    /// Not JSON, or not a record of any known kind; `error` is the parser's message.
+    #[error("not a valid record: {error}")]
+    Invalid { error: String },
+    /// The record claims another id than its line number.
+    #[error(
+        "claims id {id} but is line {line} of records.jsonl (records were reordered, inserted \
+         or removed)"
+    )]
+    IdMismatch { id: u64, line: u64 },
+    #[error(
+        "schema version {version} is newer than this sovctl understands ({supported}); upgrade \
+         sovctl"
+    )]
+    NewerSchema { version: u32, supported: u32 },
+    #[error("attestation {attestation} does not point to an earlier record")]
+    BadAttestationRef { attestation: u64 },
+    #[error(
+        "amount_paise {amount} does not equal gpu_ms {gpu_ms} at {rate} paise/hour ({expected})"
+    )]
+    AmountMismatch {
+        amount: u64,
+        gpu_ms: u64,
+        rate: u64,
+        expected: u64,
+    },
+    #[error("gpu_seconds {gpu_seconds} does not equal gpu_ms {gpu_ms} / 1000")]
+    GpuSecondsMismatch { gpu_seconds: f64, gpu_ms: u64 },
+    #[error("energy_joules {energy_joules} is not a non-negative number")]
+    BadEnergy { energy_joules: f64 },
+    #[error("prev {prev} does not point to an earlier record")]
+    BadPrev { prev: u64 },
+}
+
+/// Usage per tenant, summed over verified records.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct TenantTotals {
+    pub records: u64,
+    pub gpu_ms: u128,
+    pub energy_joules: f64,
+    pub amount_paise: u128,
+}
+
+/// Totals over an export's records.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Totals {
+    pub records: u64,
+    pub by_kind: BTreeMap<String, u64>,
+    pub tenants: BTreeMap<String, TenantTotals>,
+}
+
+impl Totals {
+    pub(crate) fn merge(&mut self, other: Totals) {
+        self.records += other.records;
+        for (k, n) in other.by_kind {
+            *self.by_kind.entry(k).or_default() += n;
+        }
+        for (t, o) in other.tenants {
+            let e = self.tenants.entry(t).or_default();
+            e.records += o.records;
+            e.gpu_ms += o.gpu_ms;
+            e.energy_joules += o.energy_joules;
+            e.amount_paise += o.amount_paise;
+        }
+    }
+
+    fn add_other(&mut self, kind: &str) {
+        self.records += 1;
+        *self.by_kind.entry(kind.to_owned()).or_default() += 1;
+    }
+
+    fn add_usage(&mut self, tenant: &str, gpu_ms: u64, energy_joules: f64, amount: u64) {
+        self.records += 1;
+        // Looked up by &str first so the common case allocates nothing.
+        match self.by_kind.get_mut("usage") {
+            Some(n) => *n += 1,
+            None => {
+                self.by_kind.insert("usage".into(), 1);
+            }
+        }
+        let t = match self.tenants.get_mut(tenant) {
+            Some(t) => t,
+            None => self.tenants.entry(tenant.to_owned()).or_default(),
+        };
+        t.records += 1;
+        t.gpu_ms += u128::from(gpu_ms);
+        t.energy_joules += energy_joules;
+        t.amount_paise += u128::from(amount);
+    }
+}
+
+/// The fields of a usage record, borrowed from the line: the same names, types and
+/// `deny_unknown_fields` as [`crate::record::UsageRecord`] plus the `kind` tag, so it accepts
+/// exactly the lines that parse as a usage [`Record`] (unit tests hold the two together),
+/// without the allocations of the owned, internally tagged enum. Anything it rejects is
+/// re-parsed as a [`Record`], so the owned type stays the authority.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)] // fields exist to be type-checked
+struct UsageView<'a> {
+    #[serde(borrow)]
+    kind: Cow<'a, str>,
+    v: u32,
+    id: u64,
+    #[serde(borrow)]
+    node: Cow<'a, str>,
+    #[serde(borrow)]
+    tenant: Cow<'a, str>,
+    #[serde(borrow)]
+    lease: Cow<'a, str>,
+    #[serde(borrow)]
+    gpu_uuid: Cow<'a, str>,
+    #[serde(borrow)]
+    gpu_model: Cow<'a, str>,
+    #[serde(borrow)]
+    start: Cow<'a, str>,
+    #[serde(borrow)]
+    end: Cow<'a, str>,
+    gpu_ms: u64,
+    gpu_seconds: f64,
+    energy_joules: f64,
+    peak_memory_bytes: u64,
+    mean_utilization_pct: f64,
+    rate_paise_per_hour: u64,
+    amount_paise: u64,
+    #[serde(borrow)]
+    policy_digest: Cow<'a, str>,
+    prev: Option<u64>,
+    #[serde(default)]
+    attestation: Option<u64>,
+}
+
+/// The parts of a usage record that verification checks and totals.
+struct UsageFacts<'a> {
+    v: u32,
+    id: u64,
+    tenant: &'a str,
+    gpu_ms: u64,
+    gpu_seconds: f64,
+    energy_joules: f64,
+    rate: u64,
+    amount: u64,
+    prev: Option<u64>,
+    attestation: Option<u64>,
+}
+
+/// Checks that `line` (without its newline) is record `index` and adds it to `totals`.
+pub fn check_record_line(
+    index: u64,
+    line: &[u8],
+    totals: &mut Totals,
+) -> Result<(), RecordProblem> {
+    if line.last() == Some(&b'\r') {
+        return Err(RecordProblem::CarriageReturn);
+    }
+    let owned;
+    let facts = match serde_json::from_slice::<UsageView>(line) {
+        Ok(v) if v.kind == "usage" => UsageFacts {
+            v: v.v,
+            id: v.id,
+            tenant: match v.tenant {
+                Cow::Borrowed(s) => s,
+                Cow::Owned(s) => {
+                    owned = s;
+                    &owned
+                }
+            },
+            gpu_ms: v.gpu_ms,
+            gpu_seconds: v.gpu_seconds,
+            energy_joules: v.energy_joules,
+            rate: v.rate_paise_per_hour,
+            amount: v.amount_paise,
+            prev: v.prev,
+            attestation: v.attestation,
+        },
+        _ => match serde_json::from_slice::<Record>(line) {
+            Err(e) => {
+                return Err(RecordProblem::Invalid {
+                    error: e.to_string(),
+                })
+            }
+            Ok(Record::Usage(u)) => {
+                owned = u.tenant;
+                UsageFacts {
+                    v: u.v,
+                    id: u.id,
+                    tenant: &owned,
+                    gpu_ms: u.gpu_ms,
+                    gpu_seconds: u.gpu_seconds,
+                    energy_joules: u.energy_joules,
+                    rate: u.rate_paise_per_hour,
+                    amount: u.amount_paise,
+                    prev: u.prev,
+                    attestation: u.attestation,
+                }
+            }
+            Ok(other) => {
+                // Attestation results and GPU events carry no money; they are checked for
+                // their place in the log and counted by kind.
+                check_place(index, other.id(), other.version())?;
+                totals.add_other(other.kind());
+                return Ok(());
+            }
+        },
+    };
+    check_usage(index, &facts)?;
+    totals.add_usage(
+        facts.tenant,
+        facts.gpu_ms,
+        facts.energy_joules,
+        facts.amount,
+    );
+    Ok(())
+}
+
+/// A record claims the id of its line and a schema version this build understands.
+fn check_place(index: u64, id: u64, v: u32) -> Result<(), RecordProblem> {
+    if id != index {
+        return Err(RecordProblem::IdMismatch { id, line: index });
+    }
+    if v > RECORD_VERSION {
+        return Err(RecordProblem::NewerSchema {
+            version: v,
+            supported: RECORD_VERSION,
+        });
+    }
+    Ok(())
+}
+
+fn check_usage(index: u64, f: &UsageFacts<'_>) -> Result<(), RecordProblem> {
+    check_place(index, f.id, f.v)?;
+    if let Some(a) = f.attestation {
+        if a >= f.id {
+            return Err(RecordProblem::BadAttestationRef { attestation: a });
+        }
+    }
+    let expected = amount_paise(f.gpu_ms, f.rate);
+    if f.amount != expected {
+        return Err(RecordProblem::AmountMismatch {
+            amount: f.amount,
+            gpu_ms: f.gpu_ms,
+            rate: f.rate,
+            expected,
+        });
+    }
+    if f.gpu_seconds != f.gpu_ms as f64 / 1000.0 {
+        return Err(RecordProblem::GpuSecondsMismatch {
+            gpu_seconds: f.gpu_seconds,
+            gpu_ms: f.gpu_ms,
+        });
+    }
+    if !f.energy_joules.is_finite() || f.energy_joules < 0.0 {
+        return Err(RecordProblem::BadEnergy {
+            energy_joules: f.energy_joules,
+        });
+    }
+    if let Some(p) = f.prev {
+        if p >= f.id {
+            return Err(RecordProblem::BadPrev { prev: p });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::finding::Finding;
+    use crate::money::{format_gpu_hours, format_inr, format_kwh};
+    use crate::testutil::usage;
+
+    #[test]
+    fn totals_forty_hours_of_h100() {
+        let mut t = Totals::default();
+        for i in 0..40 {
+            let line = usage(i, "acme", 3_600_000, 25_000).to_leaf().unwrap();
+            check_record_line(i, &line, &mut t).unwrap();
+        }
+        let acme = &t.tenants["acme"];
+        assert_eq!(acme.records, 40);
+        assert_eq!(format_gpu_hours(acme.gpu_ms), "40.000");
+        assert_eq!(format_inr(acme.amount_paise), "₹10,000.00");
+        assert_eq!(format_kwh(acme.energy_joules), "20.000");
+        assert_eq!(t.by_kind["usage"], 40);
+    }
+
+    #[test]
+    fn record_checks_name_the_record() {
+        let mut t = Totals::default();
+        let msg = |index, problem| Finding::BadRecord { index, problem }.to_string();
+        let good = usage(5, "acme", 1000, 25_000).to_leaf().unwrap();
+        let e = check_record_line(4, &good, &mut t).unwrap_err();
+        assert_eq!(e, RecordProblem::IdMismatch { id: 5, line: 4 });
+        assert!(msg(4, e).starts_with("record 4: claims id 5"));
+        let e = check_record_line(7, b"{not json", &mut t).unwrap_err();
+        assert!(matches!(e, RecordProblem::Invalid { .. }), "{e:?}");
+        assert!(msg(7, e).starts_with("record 7: not a valid record"));
+        let mut crlf = good.clone();
+        crlf.push(b'\r');
+        let e = check_record_line(5, &crlf, &mut t).unwrap_err();
+        assert_eq!(e, RecordProblem::CarriageReturn);
+        assert!(e.to_string().contains("carriage return"), "{e}");
+        let text = String::from_utf8(good).unwrap();
+        let edit = |from: &str, to: &str| {
+            let edited = text.replace(from, to);
+            assert_ne!(edited, text, "{from}");
+            edited
+        };
+        let t2 = Totals::default();
+        let check = |line: String| check_record_line(5, line.as_bytes(), &mut t2.clone());
+        let e = check(edit("\"amount_paise\":7", "\"amount_paise\":1")).unwrap_err();
+        assert_eq!(
+            e,
+            RecordProblem::AmountMismatch {
+                amount: 1,
+                gpu_ms: 1000,
+                rate: 25_000,
+                expected: 7
+            }
+        );
+        assert!(
+            e.to_string().contains("amount_paise 1 does not equal"),
+            "{e}"
+        );
+        let e = check(edit("\"prev\":4", "\"prev\":9")).unwrap_err();
+        assert_eq!(e, RecordProblem::BadPrev { prev: 9 });
+        assert!(e.to_string().contains("prev 9"), "{e}");
+        let e = check(edit("\"v\":1", "\"v\":2")).unwrap_err();
+        assert_eq!(
+            e,
+            RecordProblem::NewerSchema {
+                version: 2,
+                supported: 1
+            }
+        );
+        assert!(e
+            .to_string()
+            .ends_with("newer than this sovctl understands (1); upgrade sovctl"));
+        let e = check(edit("\"prev\":4", "\"prev\":4,\"attestation\":5")).unwrap_err();
+        assert_eq!(e, RecordProblem::BadAttestationRef { attestation: 5 });
+        let e = check(edit("\"gpu_seconds\":1.0", "\"gpu_seconds\":2.0")).unwrap_err();
+        assert_eq!(
+            e,
+            RecordProblem::GpuSecondsMismatch {
+                gpu_seconds: 2.0,
+                gpu_ms: 1000
+            }
+        );
+        let e = check(edit(
+            "\"energy_joules\":1800000.0",
+            "\"energy_joules\":-1.0",
+        ))
+        .unwrap_err();
+        assert_eq!(
+            e,
+            RecordProblem::BadEnergy {
+                energy_joules: -1.0
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "energy_joules -1 is not a non-negative number"
+        );
+        // Other kinds are checked for their place only.
+        let ev = crate::record::Record::GpuEvent(crate::record::GpuEventRecord {
+            v: 1,
+            id: 3,
+            node: "n".into(),
+            at: "t".into(),
+            event: crate::record::GpuEventKind::Lost,
+            gpu_index: 0,
+            gpu_uuid: "GPU-1".into(),
+            from: None,
+            to: None,
+        })
+        .to_leaf()
+        .unwrap();
+        assert_eq!(
+            check_record_line(4, &ev, &mut t).unwrap_err(),
+            RecordProblem::IdMismatch { id: 3, line: 4 }
+        );
+        check_record_line(3, &ev, &mut t).unwrap();
+        assert_eq!((t.records, t.by_kind["gpu-event"]), (1, 1));
+    }
+
+    /// The borrowed fast path must accept exactly what `Record` accepts.
+    #[test]
+    fn fast_path_agrees_with_the_record_type() {
+        let base = serde_json::to_value(usage(3, "acme", 1000, 25_000)).unwrap();
+        let obj = base.as_object().unwrap().clone();
+        let mut variants: Vec<serde_json::Value> = vec![base.clone()];
+        for key in obj.keys() {
+            let mut v = obj.clone();
+            v.remove(key);
+            variants.push(v.into());
+            for bad in [
+                serde_json::json!(null),
+                serde_json::json!("x"),
+                serde_json::json!(-1),
+                serde_json::json!(1.5),
+                serde_json::json!(u64::MAX),
+                serde_json::json!([]),
+                serde_json::json!("esc\"aped\\"),
+            ] {
+                let mut v = obj.clone();
+                v.insert(key.clone(), bad);
+                variants.push(v.into());
+            }
+        }
+        let mut extra = obj.clone();
+        extra.insert("extra".into(), serde_json::json!(1));
+        variants.push(extra.into());
+        for att in [
+            serde_json::json!(2),
+            serde_json::json!(null),
+            serde_json::json!("2"),
+            serde_json::json!(-2),
+        ] {
+            let mut v = obj.clone();
+            v.insert("attestation".into(), att);
+            variants.push(v.into());
+        }
+        let mut kind = obj.clone();
+        kind.insert("kind".into(), serde_json::json!("refund"));
+        variants.push(kind.into());
+        let mut texts: Vec<String> = variants.iter().map(|v| v.to_string()).collect();
+        let good = base.to_string();
+        texts.push(good.replacen("{", "{\"id\":3,", 1)); // duplicate field
+        texts.push(good.replacen("{", "{\"kind\":\"usage\",", 1)); // duplicate tag
+        texts.push(format!("{good} "));
+        texts.push(format!("{good}x"));
+        texts.push("[]".into());
+        for text in &texts {
+            let full = serde_json::from_slice::<Record>(text.as_bytes()).is_ok();
+            let fast = matches!(
+                serde_json::from_slice::<UsageView>(text.as_bytes()),
+                Ok(v) if v.kind == "usage"
+            );
+            assert_eq!(full, fast, "{text}");
+        }
+    }
+}

@@ -1,0 +1,340 @@
+//! The streaming pass over `records.jsonl`: one read of the file, spread over all cores.
+//!
+//! Worker threads hash leaves and check records ([`crate::check`]) chunk by chunk while the
+//! calling thread reads the file and folds leaf hashes into the tree in order, keeping the
+//! roots at the sizes asked for and the leaf hashes of the records asked for. Memory use does
+//! not grow with the log.
+
+use crate::check::{check_record_line, Totals, MAX_LISTED_PROBLEMS};
+use crate::finding::Finding;
+use attest::log::{leaf_hash, Hash, RootBuilder, TreeFull};
+use std::collections::BTreeMap;
+use std::io::{self, Read};
+use std::sync::{mpsc, Arc};
+
+/// A record line longer than this is not a record; refusing it bounds the verifier's memory.
+pub const MAX_RECORD_LEN: usize = CHUNK;
+
+/// Why the pass over `records.jsonl` could not complete.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum StreamError {
+    #[error("cannot read records.jsonl: {0}")]
+    Read(Arc<io::Error>),
+    #[error("records.jsonl has a line longer than {limit} bytes: not an export")]
+    LineTooLong { limit: usize },
+    #[error("verification worker stopped")]
+    WorkerStopped,
+    #[error("records.jsonl: {0}")]
+    TreeFull(#[from] TreeFull),
+}
+
+/// Bytes per chunk handed to a worker (about 9,000 records).
+const CHUNK: usize = 4 << 20;
+
+/// Results of one pass over records.jsonl.
+#[derive(Debug, Default)]
+pub struct StreamOutcome {
+    /// Number of lines (records), counting an unterminated last line.
+    pub lines: u64,
+    /// Roots of the tree of the first `n` records, for each requested `n <= lines`.
+    pub roots: BTreeMap<u64, Hash>,
+    /// Leaf hashes of the requested record indices that exist.
+    pub leaf_hashes: BTreeMap<u64, Hash>,
+    pub totals: Totals,
+    /// The first record-level problems ([`MAX_LISTED_PROBLEMS`] [`Finding::BadRecord`]s), in
+    /// record order.
+    pub problems: Vec<Finding>,
+    /// Number of records with a problem (may exceed `problems.len()`).
+    pub bad_records: u64,
+    /// The file does not end with a newline (its last record is incomplete).
+    pub unterminated: bool,
+}
+
+struct ChunkJob {
+    first_index: u64,
+    data: Vec<u8>,
+}
+
+struct ChunkResult {
+    leaf_hashes: Vec<Hash>,
+    totals: Totals,
+    problems: Vec<Finding>,
+    bad: u64,
+    data: Vec<u8>,
+}
+
+fn process_chunk(job: ChunkJob) -> ChunkResult {
+    let mut r = ChunkResult {
+        leaf_hashes: Vec::new(),
+        totals: Totals::default(),
+        problems: Vec::new(),
+        bad: 0,
+        data: Vec::new(),
+    };
+    let data = job.data.as_slice();
+    let body = data.strip_suffix(b"\n").unwrap_or(data);
+    if !data.is_empty() {
+        for (index, line) in (job.first_index..).zip(body.split(|&b| b == b'\n')) {
+            r.leaf_hashes.push(leaf_hash(line));
+            if let Err(problem) = check_record_line(index, line, &mut r.totals) {
+                r.bad += 1;
+                if r.problems.len() < MAX_LISTED_PROBLEMS {
+                    r.problems.push(Finding::BadRecord { index, problem });
+                }
+            }
+        }
+    }
+    r.data = job.data;
+    r
+}
+
+/// Reads `reader` (records.jsonl) once: leaf hashes and record checks on worker threads,
+/// roots at each of `sizes` and the leaf hashes of `leaves` on the calling thread.
+/// `progress` is called with the number of bytes done so far.
+pub fn stream_records(
+    mut reader: impl Read,
+    sizes: &[u64],
+    leaves: &[u64],
+    mut progress: impl FnMut(u64),
+) -> Result<StreamOutcome, StreamError> {
+    let mut sizes: Vec<u64> = sizes.to_vec();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let mut leaves: Vec<u64> = leaves.to_vec();
+    leaves.sort_unstable();
+    leaves.dedup();
+    let workers = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(1, 8);
+    let mut out = StreamOutcome::default();
+    let mut builder = RootBuilder::new();
+    let (mut next_size, mut next_leaf) = (0usize, 0usize);
+    let mut done_bytes = 0u64;
+
+    std::thread::scope(|scope| -> Result<(), StreamError> {
+        let mut to_workers = Vec::with_capacity(workers);
+        let mut from_workers = Vec::with_capacity(workers);
+        for _ in 0..workers {
+            let (jtx, jrx) = mpsc::channel::<ChunkJob>();
+            let (rtx, rrx) = mpsc::channel::<ChunkResult>();
+            scope.spawn(move || {
+                for job in jrx {
+                    if rtx.send(process_chunk(job)).is_err() {
+                        break;
+                    }
+                }
+            });
+            to_workers.push(jtx);
+            from_workers.push(rrx);
+        }
+        let mut spare: Vec<Vec<u8>> = Vec::new();
+        let mut carry: Vec<u8> = Vec::new();
+        let mut in_flight = std::collections::VecDeque::new();
+        let mut seq = 0usize;
+        let mut eof = false;
+        let mut next_index = 0u64;
+        loop {
+            while !eof && in_flight.len() < 2 * workers {
+                let mut buf = spare.pop().unwrap_or_default();
+                buf.clear();
+                buf.append(&mut carry);
+                let (data, tail, at_eof) = read_chunk(&mut reader, buf)?;
+                eof = at_eof;
+                carry = tail;
+                if data.is_empty() {
+                    spare.push(data);
+                    continue;
+                }
+                let mut lines = data.iter().filter(|&&b| b == b'\n').count() as u64;
+                if data.last() != Some(&b'\n') {
+                    // Only possible at EOF: an unterminated last line.
+                    out.unterminated = true;
+                    lines += 1;
+                }
+                let job = ChunkJob {
+                    first_index: next_index,
+                    data,
+                };
+                next_index += lines;
+                to_workers[seq % workers]
+                    .send(job)
+                    .map_err(|_| StreamError::WorkerStopped)?;
+                in_flight.push_back(seq);
+                seq += 1;
+            }
+            let Some(s) = in_flight.pop_front() else {
+                break;
+            };
+            let r = from_workers[s % workers]
+                .recv()
+                .map_err(|_| StreamError::WorkerStopped)?;
+            for h in r.leaf_hashes {
+                let i = builder.size();
+                while next_size < sizes.len() && sizes[next_size] <= i {
+                    if sizes[next_size] == i {
+                        out.roots.insert(i, builder.root());
+                    }
+                    next_size += 1;
+                }
+                while next_leaf < leaves.len() && leaves[next_leaf] <= i {
+                    if leaves[next_leaf] == i {
+                        out.leaf_hashes.insert(i, h);
+                    }
+                    next_leaf += 1;
+                }
+                builder.push_leaf_hash(h)?;
+            }
+            out.totals.merge(r.totals);
+            out.bad_records += r.bad;
+            for p in r.problems {
+                if out.problems.len() < MAX_LISTED_PROBLEMS {
+                    out.problems.push(p);
+                }
+            }
+            done_bytes += r.data.len() as u64;
+            progress(done_bytes);
+            spare.push(r.data);
+        }
+        Ok(())
+    })?;
+    out.lines = builder.size();
+    if sizes.binary_search(&out.lines).is_ok() {
+        out.roots.insert(out.lines, builder.root());
+    }
+    Ok(out)
+}
+
+/// Fills `buf` (which may already hold a carried-over partial line) to [`CHUNK`] bytes and
+/// splits it after its last newline. Returns (complete lines, the rest, EOF). At EOF
+/// everything is returned as data, an unterminated last line included.
+fn read_chunk(
+    reader: &mut impl Read,
+    mut buf: Vec<u8>,
+) -> Result<(Vec<u8>, Vec<u8>, bool), StreamError> {
+    let mut eof = false;
+    let mut filled = buf.len();
+    if filled < CHUNK {
+        buf.resize(CHUNK, 0);
+    }
+    while filled < CHUNK {
+        match reader.read(&mut buf[filled..]) {
+            Ok(0) => {
+                eof = true;
+                break;
+            }
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(StreamError::Read(Arc::new(e))),
+        }
+    }
+    buf.truncate(filled);
+    if eof {
+        return Ok((buf, Vec::new(), true));
+    }
+    match buf.iter().rposition(|&b| b == b'\n') {
+        Some(pos) => {
+            let tail = buf[pos + 1..].to_vec();
+            buf.truncate(pos + 1);
+            Ok((buf, tail, false))
+        }
+        None => Err(StreamError::LineTooLong {
+            limit: MAX_RECORD_LEN,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::usage;
+
+    fn records_text(n: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        for i in 0..n {
+            out.extend_from_slice(
+                &usage(i, ["a", "b", "c"][i as usize % 3], 60_000, 25_000)
+                    .to_leaf()
+                    .unwrap(),
+            );
+            out.push(b'\n');
+        }
+        out
+    }
+
+    #[test]
+    fn streaming_roots_match_the_log_at_every_requested_size() {
+        let text = records_text(300);
+        let leaves: Vec<&[u8]> = text
+            .strip_suffix(b"\n")
+            .unwrap()
+            .split(|&b| b == b'\n')
+            .collect();
+        let log = attest::log::Log::from_leaves(&leaves).unwrap();
+        let sizes = [0, 1, 7, 64, 299, 300, 301];
+        let s = stream_records(&text[..], &sizes, &[0, 150, 299, 400], |_| {}).unwrap();
+        assert_eq!(s.lines, 300);
+        assert!(s.problems.is_empty(), "{:?}", s.problems);
+        for n in [0u64, 1, 7, 64, 299, 300] {
+            assert_eq!(s.roots[&n], log.root_at(n).unwrap(), "size {n}");
+        }
+        assert!(!s.roots.contains_key(&301));
+        assert_eq!(s.leaf_hashes.len(), 3);
+        assert_eq!(s.leaf_hashes[&150], leaf_hash(leaves[150]));
+        assert_eq!(s.totals.records, 300);
+        assert_eq!(s.totals.tenants["a"].records, 100);
+
+        // One byte at a time, through the chunking and carrying paths.
+        struct Trickle<'a>(&'a [u8]);
+        impl Read for Trickle<'_> {
+            fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+                let n = buf.len().min(self.0.len()).min(7);
+                buf[..n].copy_from_slice(&self.0[..n]);
+                self.0 = &self.0[n..];
+                Ok(n)
+            }
+        }
+        let t = stream_records(Trickle(&text), &[300], &[], |_| {}).unwrap();
+        assert_eq!(t.roots[&300], s.roots[&300]);
+
+        let cut = &text[..text.len() - 5];
+        let u = stream_records(cut, &[300], &[], |_| {}).unwrap();
+        assert!(u.unterminated);
+        assert_eq!(u.lines, 300);
+        assert_eq!(u.bad_records, 1);
+    }
+
+    #[test]
+    fn an_empty_export_has_the_empty_root() {
+        let s = stream_records(&b""[..], &[0], &[0], |_| {}).unwrap();
+        assert_eq!(s.lines, 0);
+        assert_eq!(s.roots[&0], attest::log::empty_root());
+        assert!(s.leaf_hashes.is_empty());
+        assert!(!s.unterminated);
+    }
+
+    #[test]
+    fn bad_records_are_listed_up_to_a_limit_and_counted() {
+        let mut text = Vec::new();
+        for i in 0..30u64 {
+            text.extend_from_slice(&usage(i + 1, "a", 1, 1).to_leaf().unwrap());
+            text.push(b'\n');
+        }
+        let s = stream_records(&text[..], &[30], &[], |_| {}).unwrap();
+        assert_eq!((s.lines, s.bad_records), (30, 30));
+        assert_eq!(s.problems.len(), MAX_LISTED_PROBLEMS);
+        assert!(matches!(s.problems[0], Finding::BadRecord { index: 0, .. }));
+    }
+
+    #[test]
+    fn a_line_longer_than_a_record_is_refused() {
+        let text = vec![b'x'; MAX_RECORD_LEN + 1];
+        let e = stream_records(&text[..], &[1], &[], |_| {}).unwrap_err();
+        assert!(matches!(e, StreamError::LineTooLong { .. }), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            format!("records.jsonl has a line longer than {MAX_RECORD_LEN} bytes: not an export")
+        );
+    }
+}

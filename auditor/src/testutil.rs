@@ -1,0 +1,190 @@
+//! Test fixtures: records, and export directories built with `attest`'s log and signing.
+
+use crate::export::write_export;
+use crate::layout::{receipt_path, ConsistencyProof, RECORDS_FILE};
+use crate::money::amount_paise;
+use crate::record::{Record, UsageRecord, RECORD_VERSION};
+use crate::source::DirSource;
+use crate::verify::{verify_export, Supplied, VerifyFailure, VerifyOptions, VerifyReport};
+use attest::checkpoint::{sign_checkpoint, Checkpoint};
+use attest::log::{Log, MemStore};
+use attest::note::NoteSigner;
+use attest::receipt::Receipt;
+use std::fs;
+use std::path::PathBuf;
+
+pub const ORIGIN: &str = "node-1/usage";
+
+pub fn signer() -> NoteSigner {
+    NoteSigner::from_seed(ORIGIN, &[7; 32]).unwrap()
+}
+
+pub fn usage(id: u64, tenant: &str, gpu_ms: u64, rate: u64) -> Record {
+    Record::Usage(UsageRecord {
+        v: RECORD_VERSION,
+        id,
+        node: "node-1".into(),
+        tenant: tenant.into(),
+        lease: "lease-1".into(),
+        gpu_uuid: "GPU-0b8c1a52-0000-4000-8000-000000000001".into(),
+        gpu_model: "NVIDIA H100 80GB HBM3".into(),
+        start: "2026-01-01T00:00:00.000Z".into(),
+        end: "2026-01-01T01:00:00.000Z".into(),
+        gpu_ms,
+        gpu_seconds: gpu_ms as f64 / 1000.0,
+        energy_joules: 1.8e6,
+        peak_memory_bytes: 1 << 30,
+        mean_utilization_pct: 87.5,
+        rate_paise_per_hour: rate,
+        amount_paise: amount_paise(gpu_ms, rate),
+        policy_digest: "sha256:00".into(),
+        prev: id.checked_sub(1),
+        attestation: None,
+    })
+}
+
+/// `n` usage records, tenants `a`, `b`, `c` in turn, one minute at ₹250/h each.
+pub fn leaves(n: u64) -> Vec<Vec<u8>> {
+    (0..n)
+        .map(|i| {
+            usage(i, ["a", "b", "c"][i as usize % 3], 60_000, 25_000)
+                .to_leaf()
+                .unwrap()
+        })
+        .collect()
+}
+
+/// The checkpoint of the tree of `leaves`, signed by `signer`.
+pub fn signed_checkpoint(leaves: &[Vec<u8>], signer: &NoteSigner) -> String {
+    let log = Log::from_leaves(leaves).unwrap();
+    sign_checkpoint(
+        &Checkpoint {
+            origin: signer.name().to_owned(),
+            size: leaves.len() as u64,
+            root: log.root(),
+            extensions: vec![],
+        },
+        signer,
+    )
+    .unwrap()
+}
+
+/// The receipt of record `index` in the tree of `leaves`.
+pub fn receipt(leaves: &[Vec<u8>], index: u64) -> String {
+    let log: Log<MemStore> = Log::from_leaves(leaves).unwrap();
+    Receipt {
+        index,
+        extra: None,
+        proof: log.inclusion_proof(index, log.size()).unwrap(),
+        checkpoint_note: signed_checkpoint(leaves, &signer()),
+    }
+    .format()
+}
+
+/// The consistency proof file from `old` leaves to all of `leaves`.
+pub fn consistency(leaves: &[Vec<u8>], old: u64) -> String {
+    let log: Log<MemStore> = Log::from_leaves(leaves).unwrap();
+    let size = log.size();
+    ConsistencyProof {
+        old_size: old,
+        new_size: size,
+        hashes: if old == 0 || old == size {
+            vec![]
+        } else {
+            log.consistency_proof(old, size).unwrap()
+        },
+    }
+    .format()
+}
+
+/// An export of `leaves` with receipts for `receipts`, and the auditor's options.
+pub struct Fx {
+    pub tmp: tempfile::TempDir,
+    pub leaves: Vec<Vec<u8>>,
+    pub opts: VerifyOptions,
+}
+
+impl Fx {
+    pub fn new(n: u64, receipts: &[u64]) -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let leaves = leaves(n);
+        let rs: Vec<(u64, String)> = receipts.iter().map(|&i| (i, receipt(&leaves, i))).collect();
+        let s = signer();
+        write_export(
+            &tmp.path().join("exp"),
+            &signed_checkpoint(&leaves, &s),
+            &s.verifier().to_vkey(),
+            leaves.clone().into_iter(),
+            &rs,
+        )
+        .unwrap();
+        let opts = VerifyOptions {
+            vkey: Some(Supplied {
+                name: "pinned.vkey".into(),
+                text: format!("{}\n", s.verifier().to_vkey()),
+            }),
+            ..Default::default()
+        };
+        Fx { tmp, leaves, opts }
+    }
+
+    pub fn dir(&self) -> PathBuf {
+        self.tmp.path().join("exp")
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir().join(name)
+    }
+
+    pub fn write(&self, name: &str, text: impl AsRef<[u8]>) {
+        fs::write(self.path(name), text).unwrap();
+    }
+
+    /// Replaces the records file by these lines, each followed by `\n`.
+    pub fn write_records(&self, lines: &[Vec<u8>]) {
+        let mut text = Vec::new();
+        for l in lines {
+            text.extend_from_slice(l);
+            text.push(b'\n');
+        }
+        self.write(RECORDS_FILE, text);
+    }
+
+    pub fn write_receipt(&self, id: u64, text: &str) {
+        let _ = fs::create_dir(self.path(crate::layout::RECEIPTS_DIR));
+        self.write(&receipt_path(id), text);
+    }
+
+    pub fn previous(&mut self, text: String) {
+        self.opts.previous = Some(Supplied {
+            name: "prev.checkpoint".into(),
+            text,
+        });
+    }
+
+    pub fn proof(&mut self, text: String) {
+        self.opts.consistency = Some(Supplied {
+            name: "the.proof".into(),
+            text,
+        });
+    }
+
+    pub fn run(&self) -> Result<VerifyReport, VerifyFailure> {
+        verify_export(&DirSource::open(self.dir()).unwrap(), &self.opts, |_, _| {})
+    }
+
+    /// The report, which must have exactly one problem.
+    pub fn one_problem(&self) -> crate::finding::Finding {
+        let r = self.run().unwrap();
+        assert_eq!(r.problems.len(), 1, "{:#?}", r.problems);
+        r.problems.into_iter().next().unwrap()
+    }
+
+    pub fn fails(&self) -> crate::verify::VerifyError {
+        self.run().unwrap_err().error
+    }
+
+    pub fn describe(&self, name: &str) -> String {
+        self.dir().join(name).display().to_string()
+    }
+}

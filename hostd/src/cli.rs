@@ -1,0 +1,60 @@
+//! hostd's own offline subcommands, which work on a stopped node's state directory.
+
+use crate::audit;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// `hostd audit export --state DIR --out DIR2`.
+#[derive(Debug, clap::Args)]
+pub struct ExportStateArgs {
+    /// State directory of a stopped node (the one in its config).
+    #[arg(long)]
+    pub state: PathBuf,
+    /// Output directory; created if missing, must be empty.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Also write the tlog-proof receipt of these record ids (repeatable).
+    #[arg(long = "receipt")]
+    pub receipts: Vec<u64>,
+}
+
+pub fn run_export_state(args: ExportStateArgs) -> ExitCode {
+    match audit::export_state(&args.state, &args.out, &args.receipts) {
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+        Ok(summary) if summary.problems.is_empty() => {
+            println!(
+                "exported {} records (checkpoint size {}){} to {}",
+                summary.records,
+                summary.checkpoint_size,
+                receipts_note(summary.receipts),
+                args.out.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(summary) => {
+            eprintln!(
+                "error: the state directory {} is damaged; the export in {} was written as \
+                 stored ({} records, checkpoint size {}) and will not verify:",
+                args.state.display(),
+                args.out.display(),
+                summary.records,
+                summary.checkpoint_size
+            );
+            for p in &summary.problems {
+                eprintln!("  - {p}");
+            }
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn receipts_note(n: usize) -> String {
+    match n {
+        0 => String::new(),
+        1 => " and 1 receipt".to_owned(),
+        n => format!(" and {n} receipts"),
+    }
+}

@@ -1,0 +1,384 @@
+//! The online commands: tenants, GPUs, leases, usage, bills and audit exports, typed end to
+//! end over the client's `hostd-api` types.
+
+use super::{block_on, connect, print_json, CmdResult, Exit, Fail};
+use crate::client::Client;
+use auditor::billing::Invoice;
+use auditor::export::write_export;
+use auditor::money::format_inr;
+use clap::{Args, Subcommand};
+use hostd_api::lease::{Lease, NewLease};
+use hostd_api::query::{BillQuery, RecordsQuery, UsageQuery};
+use hostd_api::tenant::NewTenant;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Subcommand)]
+pub enum TenantCmd {
+    Create {
+        #[arg(long)]
+        id: String,
+        #[arg(long)]
+        name: String,
+        /// Home jurisdiction, ISO 3166 (e.g. IN-TG).
+        #[arg(long)]
+        jurisdiction: String,
+        #[arg(long, default_value = "")]
+        contact: String,
+    },
+    List,
+    Show {
+        id: String,
+    },
+    Suspend {
+        id: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LeaseCmd {
+    Create {
+        #[arg(long)]
+        tenant: String,
+        #[arg(long, default_value_t = 1)]
+        gpus: u32,
+        #[arg(long)]
+        model: String,
+        /// Classification of the data the workload processes (residency policy input).
+        #[arg(long, default_value = "public")]
+        classification: String,
+        #[arg(long)]
+        dataset: Option<String>,
+    },
+    List,
+    Show {
+        id: String,
+    },
+    /// End a lease now: metering stops and its last records are written.
+    End {
+        id: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum UsageCmd {
+    List {
+        #[arg(long)]
+        tenant: Option<String>,
+        #[arg(long)]
+        lease: Option<String>,
+    },
+    /// A record and its tlog-proof receipt, checkable offline.
+    Receipt {
+        id: u64,
+        /// Write the record and receipt as FILE.json and FILE.tlog-proof.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct BillArgs {
+    #[arg(long)]
+    pub tenant: String,
+    /// Start (RFC 3339 or YYYY-MM-DD), inclusive.
+    #[arg(long)]
+    pub from: Option<String>,
+    /// End (RFC 3339 or YYYY-MM-DD), exclusive.
+    #[arg(long)]
+    pub to: Option<String>,
+}
+
+/// Connects with `--profile` and runs `f` on a single-threaded runtime.
+pub fn online<F, Fut>(profile: Option<&Path>, f: F) -> CmdResult
+where
+    F: FnOnce(Client) -> Fut,
+    Fut: std::future::Future<Output = CmdResult>,
+{
+    let c = connect(profile)?;
+    block_on(f(c))
+}
+
+/// Prints `v` as JSON with `--json`, else with `human`.
+fn show<T: serde::Serialize>(json_out: bool, v: &T, human: impl FnOnce(&T)) -> CmdResult {
+    if json_out {
+        print_json(v)?;
+    } else {
+        human(v);
+    }
+    Ok(Exit::Ok)
+}
+
+/// `sovctl health`.
+pub async fn health(c: Client, j: bool) -> CmdResult {
+    let h = c.health().await?;
+    show(j, &h, |h| {
+        println!(
+            "{} ({}) is up: {} GPUs, {} ledger records; you are {}",
+            h.node, h.jurisdiction, h.gpus, h.ledger_size, h.you
+        )
+    })
+}
+
+/// `sovctl tenant ...`.
+pub async fn tenant(c: Client, cmd: TenantCmd, j: bool) -> CmdResult {
+    match cmd {
+        TenantCmd::Create {
+            id,
+            name,
+            jurisdiction,
+            contact,
+        } => {
+            let req = NewTenant {
+                id,
+                name,
+                jurisdiction,
+                contact,
+            };
+            let t = c.create_tenant(&req).await?;
+            show(j, &t, |t| println!("created tenant {} ({})", t.id, t.name))
+        }
+        TenantCmd::List => {
+            let list = c.tenants().await?;
+            show(j, &list, |list| {
+                for t in &list.tenants {
+                    println!(
+                        "{}  {}  {}  {}",
+                        t.id,
+                        t.jurisdiction,
+                        t.status.as_str(),
+                        t.name
+                    );
+                }
+            })
+        }
+        TenantCmd::Show { id } => {
+            let t = c.tenant(&id).await?;
+            print_json(&t)?;
+            Ok(Exit::Ok)
+        }
+        TenantCmd::Suspend { id } => {
+            let t = c.suspend_tenant(&id).await?;
+            show(j, &t, |t| {
+                println!("tenant {} is {}", t.id, t.status.as_str())
+            })
+        }
+    }
+}
+
+/// `sovctl gpus`.
+pub async fn gpus(c: Client, j: bool) -> CmdResult {
+    let list = c.gpus().await?;
+    show(j, &list, |list| {
+        for e in &list.gpus {
+            let g = &e.gpu;
+            println!(
+                "{}  {}  {}  {} MiB  {}",
+                g.index,
+                g.uuid,
+                g.name,
+                g.memory_total_bytes / (1024 * 1024),
+                e.lease
+                    .as_deref()
+                    .map(|l| format!("leased by {l}"))
+                    .unwrap_or_else(|| "free".into())
+            );
+        }
+    })
+}
+
+fn print_lease(l: &Lease) {
+    let gpus: Vec<String> = l
+        .gpus
+        .iter()
+        .map(|g| match &g.fault {
+            Some(f) => format!("{} [FAULT: {f}]", g.uuid),
+            None => g.uuid.clone(),
+        })
+        .collect();
+    println!(
+        "{}  tenant={}  {}×{}  {}  started={}{}  rate={}/h",
+        l.id,
+        l.tenant,
+        gpus.len(),
+        l.model,
+        l.state.as_str(),
+        l.started,
+        l.ended
+            .as_deref()
+            .map(|e| format!("  ended={e}"))
+            .unwrap_or_default(),
+        format_inr(l.rate_paise_per_hour),
+    );
+    for g in gpus {
+        println!("    {g}");
+    }
+}
+
+/// `sovctl lease ...`.
+pub async fn lease(c: Client, cmd: LeaseCmd, j: bool) -> CmdResult {
+    match cmd {
+        LeaseCmd::Create {
+            tenant,
+            gpus,
+            model,
+            classification,
+            dataset,
+        } => {
+            let req = NewLease {
+                tenant,
+                gpus,
+                model,
+                classification,
+                dataset,
+            };
+            let l = c.create_lease(&req).await?;
+            show(j, &l, |l| {
+                print_lease(l);
+                for r in &l.decision {
+                    println!("    policy: {r}");
+                }
+            })
+        }
+        LeaseCmd::List => {
+            let list = c.leases().await?;
+            show(j, &list, |list| list.leases.iter().for_each(print_lease))
+        }
+        LeaseCmd::Show { id } => {
+            let l = c.lease(&id).await?;
+            show(j, &l, print_lease)
+        }
+        LeaseCmd::End { id } => {
+            let ended = c.end_lease(&id).await?;
+            show(j, &ended, |e| {
+                print_lease(&e.lease);
+                println!(
+                    "    final usage records: {}",
+                    serde_json::to_string(&e.records).unwrap_or_default()
+                );
+            })
+        }
+    }
+}
+
+/// `sovctl usage ...`.
+pub async fn usage(c: Client, cmd: UsageCmd, j: bool) -> CmdResult {
+    match cmd {
+        UsageCmd::List { tenant, lease } => {
+            let list = c.usage(&UsageQuery { tenant, lease }).await?;
+            show(j, &list, |list| {
+                for r in &list.records {
+                    println!(
+                        "#{}  {}  {}  {} {}  {} → {}  {:.3} GPU-h  {:.1} J  {}",
+                        r.id,
+                        r.tenant,
+                        r.lease,
+                        r.gpu_model,
+                        r.gpu_uuid,
+                        r.start,
+                        r.end,
+                        r.gpu_ms as f64 / 3_600_000.0,
+                        r.energy_joules,
+                        format_inr(r.amount_paise),
+                    );
+                }
+            })
+        }
+        UsageCmd::Receipt { id, out } => {
+            let r = c.receipt(id).await?;
+            if let Some(out) = out {
+                let rec_path = out.with_extension("json");
+                let proof_path = out.with_extension("tlog-proof");
+                write_file(&rec_path, format!("{}\n", r.record).as_bytes())?;
+                write_file(&proof_path, r.receipt.as_bytes())?;
+                println!("wrote {} and {}", rec_path.display(), proof_path.display());
+            } else if j {
+                print_json(&r)?;
+            } else {
+                println!("{}\n\n{}", r.record, r.receipt);
+            }
+            Ok(Exit::Ok)
+        }
+    }
+}
+
+fn write_file(path: &Path, data: &[u8]) -> Result<(), Fail> {
+    std::fs::write(path, data).map_err(|e| Fail::usage(format!("{}: {e}", path.display())))
+}
+
+/// `sovctl bill`.
+pub async fn bill(c: Client, b: BillArgs, j: bool) -> CmdResult {
+    let q = BillQuery {
+        tenant: b.tenant,
+        from: b.from,
+        to: b.to,
+    };
+    let invoice = c.bill(&q).await?;
+    show(j, &invoice, print_invoice)
+}
+
+fn print_invoice(v: &Invoice) {
+    println!("Invoice for tenant {}", v.tenant);
+    if v.from.is_some() || v.to.is_some() {
+        println!(
+            "Period: {} to {}",
+            v.from.as_deref().unwrap_or("-"),
+            v.to.as_deref().unwrap_or("-")
+        );
+    }
+    println!(
+        "{:<22} {:<6} {:>4} {:>12} {:>12} {:>16}",
+        "lease", "model", "gpus", "GPU-hours", "rate/h", "amount"
+    );
+    for l in &v.lines {
+        println!(
+            "{:<22} {:<6} {:>4} {:>12.3} {:>12} {:>16}",
+            l.lease,
+            l.gpu_model,
+            l.gpus,
+            l.gpu_hours,
+            format_inr(l.rate_paise_per_hour),
+            format_inr(l.amount_paise),
+        );
+    }
+    println!("Total: {}", v.total);
+    println!(
+        "Computed from {} records verified against the signed checkpoint:\n{}",
+        v.record_ids.len(),
+        v.checkpoint
+    );
+}
+
+/// `sovctl audit export`: checkpoint, key, the records it covers and receipts, written in
+/// the export layout an auditor verifies offline.
+pub async fn audit_export(c: Client, out: PathBuf, receipts: Vec<u64>) -> CmdResult {
+    let checkpoint = c.checkpoint().await?;
+    let size = checkpoint_size(&checkpoint)
+        .ok_or_else(|| Fail::bad("the node's checkpoint is malformed"))?;
+    let vkey = c.vkey().await?;
+    let records = c.records(&RecordsQuery { size: Some(size) }).await?;
+    let mut got = Vec::new();
+    for id in receipts {
+        got.push((id, c.receipt(id).await?.receipt));
+    }
+    let lines = records
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| l.to_vec());
+    let summary = write_export(&out, &checkpoint, vkey.trim(), lines, &got).map_err(Fail::bad)?;
+    println!(
+        "exported {} records (checkpoint size {}) and {} receipts to {}",
+        summary.records,
+        summary.checkpoint_size,
+        summary.receipts,
+        out.display()
+    );
+    for p in &summary.problems {
+        eprintln!("warning: {p}");
+    }
+    Ok(Exit::Ok)
+}
+
+/// The tree size line of a checkpoint note (its second line).
+fn checkpoint_size(note: &str) -> Option<u64> {
+    note.lines().nth(1)?.parse().ok()
+}

@@ -1,0 +1,55 @@
+//! The `sovctl` binary's exit-code convention (0 ok, 1 the thing checked is bad, 2 usage or
+//! I/O error), checked on the real binary. (Its presence also makes `cargo test` build the
+//! binary that the end-to-end tests drive.)
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+
+fn sovctl(args: &[&str]) -> (Option<i32>, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_sovctl"))
+        .args(args)
+        .env_remove("SOVCTL_PROFILE")
+        .output()
+        .expect("run sovctl");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn an_online_command_without_a_profile_is_a_usage_error() {
+    let (code, err) = sovctl(&["health"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("no profile"), "{err}");
+}
+
+#[test]
+fn a_missing_profile_names_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nowhere");
+    let (code, err) = sovctl(&["--profile", missing.to_str().unwrap(), "gpus"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("profile.toml"), "{err}");
+}
+
+#[test]
+fn keygen_writes_0600_and_refuses_to_overwrite() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("release.key");
+    let (code, err) = sovctl(&["attest", "keygen", "--out", key.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    let mode = std::fs::metadata(&key).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    let (code, err) = sovctl(&["attest", "keygen", "--out", key.to_str().unwrap()]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("refusing to overwrite"), "{err}");
+}
+
+#[test]
+fn verifying_a_directory_that_is_no_export_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, err) = sovctl(&["audit", "verify", "--quiet", dir.path().to_str().unwrap()]);
+    assert_ne!(code, Some(0), "{err}");
+    assert!(err.contains("VERIFICATION FAILED"), "{err}");
+}
