@@ -26,9 +26,9 @@ pub(crate) fn good_node(id: &str, jur: &str) -> Node {
         jurisdiction: jur.into(),
         facility: "hyd-gachibowli-1".into(),
         attestation: AttestationStatus::Affirming,
-        evidence_age_s: 600,
+        evidence_age_s: Some(600),
         cc_mode: true,
-        image_version: "1.5.2".into(),
+        image_version: Some("1.5.2".into()),
     }
 }
 
