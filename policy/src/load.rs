@@ -377,6 +377,9 @@ impl<'a> Loader<'a> {
 
     // ---- the document ----
 
+    /// The whole file, top-level table by top-level table. Every section reports its own
+    /// errors and carries on with what it could read, so one pass finds every mistake; the
+    /// policy is only built when none was found.
     fn load(mut self) -> Result<Policy, Vec<LoadError>> {
         let doc = match ImDocument::parse(self.text) {
             Ok(d) => d,
@@ -387,10 +390,9 @@ impl<'a> Loader<'a> {
             }
         };
         let root: &dyn TableLike = doc.as_table();
-        let root_span = Some(0..0);
         self.check_keys(
             root,
-            root_span.clone(),
+            Some(0..0),
             "",
             &[
                 "policy",
@@ -401,172 +403,227 @@ impl<'a> Loader<'a> {
                 "rules",
             ],
         );
-
-        // [policy]
-        let mut name = String::new();
-        let mut description = String::new();
-        let mut version = 0u64;
-        match self.get_table(root, "", "policy") {
-            None => {
-                if root.get("policy").is_none() {
-                    self.err(None, "policy", "missing required table [policy]");
-                }
-            }
-            Some((t, span)) => {
-                self.check_keys(
-                    t,
-                    span.clone(),
-                    "policy",
-                    &["name", "format", "version", "description"],
-                );
-                if let Some(n) = self.get_str(t, &span, "policy", "name", true) {
-                    if self.id(&n, "policy name") {
-                        name = n.value;
-                    }
-                }
-                if let Some(d) = self.get_str(t, &span, "policy", "description", false) {
-                    description = d.value;
-                }
-                if let Some(f) = self.get_int(t, &span, "policy", "format", true) {
-                    if f.value != FORMAT_VERSION {
-                        self.err(
-                            f.span,
-                            &f.field,
-                            format!(
-                                "unsupported format {} (this version reads format {FORMAT_VERSION})",
-                                f.value
-                            ),
-                        );
-                    }
-                }
-                if let Some(v) = self.get_int(t, &span, "policy", "version", true) {
-                    if v.value < 1 {
-                        self.err(v.span, &v.field, "version must be a positive integer");
-                    } else {
-                        version = v.value as u64;
-                    }
-                }
-            }
-        }
-
-        // [classifications]
-        let mut classifications: Vec<String> = Vec::new();
-        match self.get_table(root, "", "classifications") {
-            None => {
-                if root.get("classifications").is_none() {
-                    self.err(
-                        None,
-                        "classifications",
-                        "missing required table [classifications] with order = [...]",
-                    );
-                }
-            }
-            Some((t, span)) => {
-                self.check_keys(t, span.clone(), "classifications", &["order"]);
-                if let Some(order) = self.get_str_list(t, &span, "classifications", "order", true) {
-                    if order.value.is_empty() {
-                        self.err(
-                            order.span.clone(),
-                            &order.field,
-                            "at least one classification is required",
-                        );
-                    }
-                    if order.value.len() > MAX_CLASSIFICATIONS {
-                        self.err(
-                            order.span.clone(),
-                            &order.field,
-                            format!("at most {MAX_CLASSIFICATIONS} classifications are supported"),
-                        );
-                    }
-                    for c in &order.value {
-                        if !self.name_ok(c, "classification") {
-                            continue;
-                        }
-                        if classifications.contains(&c.value) {
-                            self.err(
-                                c.span.clone(),
-                                &c.field,
-                                format!("classification '{}' is listed twice", c.value),
-                            );
-                        } else {
-                            classifications.push(c.value.clone());
-                        }
-                    }
-                }
-            }
-        }
+        let header = self.policy_header(root);
+        let classifications = self.classifications(root);
         let class_by_name: HashMap<String, u8> = classifications
             .iter()
             .take(MAX_CLASSIFICATIONS)
             .enumerate()
             .map(|(i, c)| (c.clone(), i as u8))
             .collect();
+        let groups = self.groups(root);
+        let (tenants, tenant_by_id) = self.tenants(root);
+        let endpoints = self.endpoints(root);
+        let (endpoint_by_id, endpoint_by_host) = endpoint_lookups(&endpoints);
+        let ctx = RuleCtx {
+            class_by_name: &class_by_name,
+            groups: &groups,
+            tenant_by_id: &tenant_by_id,
+            endpoint_by_id: &endpoint_by_id,
+        };
+        let rules = self.rules(root, &ctx);
 
-        // [groups]
-        let mut groups: BTreeMap<String, Vec<Jurisdiction>> = BTreeMap::new();
-        if let Some((t, _span)) = self.get_table(root, "", "groups") {
-            let entries: Vec<(String, &Item)> = t.iter().map(|(k, v)| (k.to_string(), v)).collect();
-            for (k, item) in entries {
-                let field = join("groups", &k);
-                let key_span = t.key(&k).and_then(|key| key.span()).or(item.span());
-                if !is_group_name(&k) {
-                    self.err(
-                        key_span.clone(),
-                        &field,
-                        format!("group name '{k}' must be lowercase letters, digits and '-', start with a letter, and not be 'home' (uppercase names are jurisdiction codes)"),
-                    );
-                    continue;
-                }
-                let Some(arr) = item.as_array() else {
-                    self.err(
-                        item.span(),
-                        &field,
-                        "expected an array of jurisdiction codes",
-                    );
-                    continue;
-                };
-                let mut members = Vec::new();
-                for (i, v) in arr.iter().enumerate() {
-                    let f = format!("{field}[{i}]");
-                    let Some(s) = v.as_str() else {
-                        self.err(v.span(), &f, "expected a jurisdiction code string");
-                        continue;
-                    };
-                    if let Some(upper) = uppercase_hint(s) {
-                        self.err(
-                            v.span(),
-                            &f,
-                            format!(
-                                "'{s}' is not a jurisdiction code (codes are uppercase: {upper})"
-                            ),
-                        );
-                        continue;
-                    }
-                    if is_group_name(s) || s == "*" || s == "home" {
-                        self.err(v.span(), &f, format!("'{s}': groups list jurisdiction codes only (no nested groups, '*' or 'home')"));
-                        continue;
-                    }
-                    let loc = Located {
-                        value: s.to_string(),
-                        span: v.span(),
-                        field: f,
-                    };
-                    if let Some(j) = self.jurisdiction(&loc) {
-                        members.push(j);
-                    }
-                }
-                if arr.is_empty() {
-                    self.err(
-                        item.span(),
-                        &field,
-                        "a group must list at least one jurisdiction",
-                    );
-                }
-                groups.insert(k, members);
+        let nclasses = classifications.len().min(MAX_CLASSIFICATIONS);
+        let index = self.build_index(&rules, nclasses, &classifications, &tenants);
+
+        if !self.errors.is_empty() {
+            self.errors.sort_by_key(|e| (e.line == 0, e.line, e.column));
+            return Err(self.errors);
+        }
+        let digest = PolicyDigest::of(self.text.as_bytes());
+        Ok(Policy {
+            name: header.name,
+            version: header.version,
+            description: header.description,
+            classifications,
+            groups,
+            tenants,
+            endpoints,
+            rules,
+            digest,
+            digest_text: digest.to_string(),
+            index: Index {
+                nclasses,
+                class_by_name,
+                tenant_by_id,
+                endpoint_by_id,
+                endpoint_by_host,
+                ..index
+            },
+        })
+    }
+
+    /// `[policy]`: name, format and version. Missing or wrong fields are reported and leave
+    /// the defaults (empty name, version 0) in place.
+    fn policy_header(&mut self, root: &dyn TableLike) -> Header {
+        let mut header = Header::default();
+        let Some((t, span)) = self.get_table(root, "", "policy") else {
+            if root.get("policy").is_none() {
+                self.err(None, "policy", "missing required table [policy]");
+            }
+            return header;
+        };
+        self.check_keys(
+            t,
+            span.clone(),
+            "policy",
+            &["name", "format", "version", "description"],
+        );
+        if let Some(n) = self.get_str(t, &span, "policy", "name", true) {
+            if self.id(&n, "policy name") {
+                header.name = n.value;
             }
         }
+        if let Some(d) = self.get_str(t, &span, "policy", "description", false) {
+            header.description = d.value;
+        }
+        if let Some(f) = self.get_int(t, &span, "policy", "format", true) {
+            if f.value != FORMAT_VERSION {
+                self.err(
+                    f.span,
+                    &f.field,
+                    format!(
+                        "unsupported format {} (this version reads format {FORMAT_VERSION})",
+                        f.value
+                    ),
+                );
+            }
+        }
+        if let Some(v) = self.get_int(t, &span, "policy", "version", true) {
+            if v.value < 1 {
+                self.err(v.span, &v.field, "version must be a positive integer");
+            } else {
+                header.version = v.value as u64;
+            }
+        }
+        header
+    }
 
-        // [[tenants]]
+    /// `[classifications] order`: the valid, distinct names, least sensitive first (their
+    /// position is their rank).
+    fn classifications(&mut self, root: &dyn TableLike) -> Vec<String> {
+        let mut classifications: Vec<String> = Vec::new();
+        let Some((t, span)) = self.get_table(root, "", "classifications") else {
+            if root.get("classifications").is_none() {
+                self.err(
+                    None,
+                    "classifications",
+                    "missing required table [classifications] with order = [...]",
+                );
+            }
+            return classifications;
+        };
+        self.check_keys(t, span.clone(), "classifications", &["order"]);
+        let Some(order) = self.get_str_list(t, &span, "classifications", "order", true) else {
+            return classifications;
+        };
+        if order.value.is_empty() {
+            self.err(
+                order.span.clone(),
+                &order.field,
+                "at least one classification is required",
+            );
+        }
+        if order.value.len() > MAX_CLASSIFICATIONS {
+            self.err(
+                order.span.clone(),
+                &order.field,
+                format!("at most {MAX_CLASSIFICATIONS} classifications are supported"),
+            );
+        }
+        for c in &order.value {
+            if !self.name_ok(c, "classification") {
+                continue;
+            }
+            if classifications.contains(&c.value) {
+                self.err(
+                    c.span.clone(),
+                    &c.field,
+                    format!("classification '{}' is listed twice", c.value),
+                );
+            } else {
+                classifications.push(c.value.clone());
+            }
+        }
+        classifications
+    }
+
+    /// `[groups]`: named lists of jurisdiction codes, by name. A group whose name is invalid
+    /// or that is not an array is left out; one with bad members keeps the good ones.
+    fn groups(&mut self, root: &dyn TableLike) -> BTreeMap<String, Vec<Jurisdiction>> {
+        let mut groups = BTreeMap::new();
+        let Some((t, _span)) = self.get_table(root, "", "groups") else {
+            return groups;
+        };
+        let entries: Vec<(String, &Item)> = t.iter().map(|(k, v)| (k.to_string(), v)).collect();
+        for (k, item) in entries {
+            let field = join("groups", &k);
+            let key_span = t.key(&k).and_then(|key| key.span()).or(item.span());
+            if !is_group_name(&k) {
+                self.err(
+                    key_span.clone(),
+                    &field,
+                    format!("group name '{k}' must be lowercase letters, digits and '-', start with a letter, and not be 'home' (uppercase names are jurisdiction codes)"),
+                );
+                continue;
+            }
+            let Some(arr) = item.as_array() else {
+                self.err(
+                    item.span(),
+                    &field,
+                    "expected an array of jurisdiction codes",
+                );
+                continue;
+            };
+            let members = self.group_members(&field, arr);
+            if arr.is_empty() {
+                self.err(
+                    item.span(),
+                    &field,
+                    "a group must list at least one jurisdiction",
+                );
+            }
+            groups.insert(k, members);
+        }
+        groups
+    }
+
+    /// The jurisdictions of one group (`field` is `groups.NAME`). Groups do not nest, so
+    /// another group's name, `*` and `home` are errors here.
+    fn group_members(&mut self, field: &str, arr: &toml_edit::Array) -> Vec<Jurisdiction> {
+        let mut members = Vec::new();
+        for (i, v) in arr.iter().enumerate() {
+            let f = format!("{field}[{i}]");
+            let Some(s) = v.as_str() else {
+                self.err(v.span(), &f, "expected a jurisdiction code string");
+                continue;
+            };
+            if let Some(upper) = uppercase_hint(s) {
+                self.err(
+                    v.span(),
+                    &f,
+                    format!("'{s}' is not a jurisdiction code (codes are uppercase: {upper})"),
+                );
+                continue;
+            }
+            if is_group_name(s) || s == "*" || s == "home" {
+                self.err(v.span(), &f, format!("'{s}': groups list jurisdiction codes only (no nested groups, '*' or 'home')"));
+                continue;
+            }
+            let loc = Located {
+                value: s.to_string(),
+                span: v.span(),
+                field: f,
+            };
+            if let Some(j) = self.jurisdiction(&loc) {
+                members.push(j);
+            }
+        }
+        members
+    }
+
+    /// `[[tenants]]`: the valid, distinct tenants, and each one's position by id.
+    fn tenants(&mut self, root: &dyn TableLike) -> (Vec<Tenant>, HashMap<String, usize>) {
         let mut tenants: Vec<Tenant> = Vec::new();
         let mut tenant_by_id: HashMap<String, usize> = HashMap::new();
         for (i, (t, span)) in self
@@ -596,8 +653,11 @@ impl<'a> Loader<'a> {
                 tenants.push(Tenant { id: id.value, home });
             }
         }
+        (tenants, tenant_by_id)
+    }
 
-        // [[endpoints]]
+    /// `[[endpoints]]`: the valid, distinct endpoints, checked not to overlap.
+    fn endpoints(&mut self, root: &dyn TableLike) -> Vec<Endpoint> {
         let mut endpoints: Vec<Endpoint> = Vec::new();
         let mut endpoint_spans: Vec<(Option<Range<usize>>, String)> = Vec::new();
         for (i, (t, span)) in self
@@ -622,30 +682,8 @@ impl<'a> Loader<'a> {
                 .unwrap_or_default();
             let cidr_list = self.get_str_list(t, &span, &path, "cidrs", false);
             let host_list = self.get_str_list(t, &span, &path, "hosts", false);
-            let mut cidrs = Vec::new();
-            if let Some(l) = &cidr_list {
-                for c in &l.value {
-                    match Cidr::parse(&c.value) {
-                        Ok(p) => cidrs.push(p),
-                        Err(e) => self.err(c.span.clone(), &c.field, e.to_string()),
-                    }
-                }
-            }
-            let mut hosts = Vec::new();
-            if let Some(l) = &host_list {
-                for h in &l.value {
-                    let lower = h.value.trim_end_matches('.').to_ascii_lowercase();
-                    if !is_host_name(&lower) {
-                        self.err(
-                            h.span.clone(),
-                            &h.field,
-                            format!("'{}' is not a DNS host name", h.value),
-                        );
-                    } else {
-                        hosts.push(lower);
-                    }
-                }
-            }
+            let cidrs = self.endpoint_cidrs(cidr_list.as_ref());
+            let hosts = self.endpoint_hosts(host_list.as_ref());
             if cidr_list.as_ref().is_none_or(|l| l.value.is_empty())
                 && host_list.as_ref().is_none_or(|l| l.value.is_empty())
             {
@@ -677,7 +715,48 @@ impl<'a> Loader<'a> {
                 });
             }
         }
-        // Endpoints must not overlap: an address has to map to exactly one jurisdiction.
+        self.check_endpoint_overlaps(&endpoints, &endpoint_spans);
+        endpoints
+    }
+
+    /// An endpoint's `cidrs` that parse.
+    fn endpoint_cidrs(&mut self, list: Option<&Located<Vec<Located<String>>>>) -> Vec<Cidr> {
+        let mut cidrs = Vec::new();
+        for c in list.map(|l| l.value.as_slice()).unwrap_or_default() {
+            match Cidr::parse(&c.value) {
+                Ok(p) => cidrs.push(p),
+                Err(e) => self.err(c.span.clone(), &c.field, e.to_string()),
+            }
+        }
+        cidrs
+    }
+
+    /// An endpoint's `hosts` that are DNS names, lowercased and without a trailing dot (the
+    /// form egress decisions compare against).
+    fn endpoint_hosts(&mut self, list: Option<&Located<Vec<Located<String>>>>) -> Vec<String> {
+        let mut hosts = Vec::new();
+        for h in list.map(|l| l.value.as_slice()).unwrap_or_default() {
+            let lower = h.value.trim_end_matches('.').to_ascii_lowercase();
+            if !is_host_name(&lower) {
+                self.err(
+                    h.span.clone(),
+                    &h.field,
+                    format!("'{}' is not a DNS host name", h.value),
+                );
+            } else {
+                hosts.push(lower);
+            }
+        }
+        hosts
+    }
+
+    /// Endpoints must not overlap: an address (or host name) has to map to exactly one
+    /// jurisdiction. `spans[i]` locates `endpoints[i]`; each clash is reported at the later one.
+    fn check_endpoint_overlaps(
+        &mut self,
+        endpoints: &[Endpoint],
+        spans: &[(Option<Range<usize>>, String)],
+    ) {
         for a in 0..endpoints.len() {
             for b in (a + 1)..endpoints.len() {
                 let clash = endpoints[a].cidrs.iter().find_map(|x| {
@@ -688,7 +767,7 @@ impl<'a> Loader<'a> {
                         .map(|y| (*x, *y))
                 });
                 if let Some((x, y)) = clash {
-                    let (span, path) = endpoint_spans[b].clone();
+                    let (span, path) = spans[b].clone();
                     self.err(span, &join(&path, "cidrs"), format!(
                         "{y} of endpoint '{}' overlaps {x} of endpoint '{}': every address must belong to one endpoint",
                         endpoints[b].id, endpoints[a].id
@@ -699,7 +778,7 @@ impl<'a> Loader<'a> {
                     .iter()
                     .find(|h| endpoints[b].hosts.contains(h))
                 {
-                    let (span, path) = endpoint_spans[b].clone();
+                    let (span, path) = spans[b].clone();
                     self.err(
                         span,
                         &join(&path, "hosts"),
@@ -711,25 +790,10 @@ impl<'a> Loader<'a> {
                 }
             }
         }
-        let endpoint_by_id: HashMap<String, usize> = endpoints
-            .iter()
-            .enumerate()
-            .map(|(i, e)| (e.id.clone(), i))
-            .collect();
-        let mut endpoint_by_host: HashMap<String, usize> = HashMap::new();
-        for (i, e) in endpoints.iter().enumerate() {
-            for h in &e.hosts {
-                endpoint_by_host.entry(h.clone()).or_insert(i);
-            }
-        }
+    }
 
-        // [[rules]]
-        let ctx = RuleCtx {
-            class_by_name: &class_by_name,
-            groups: &groups,
-            tenant_by_id: &tenant_by_id,
-            endpoint_by_id: &endpoint_by_id,
-        };
+    /// `[[rules]]`: the valid rules with distinct ids (at most [`MAX_RULES`] are read).
+    fn rules(&mut self, root: &dyn TableLike, ctx: &RuleCtx<'_>) -> Vec<Rule> {
         let mut rules: Vec<Rule> = Vec::new();
         let rule_tables = self.get_table_array(root, "rules");
         if rule_tables.len() > MAX_RULES {
@@ -740,7 +804,7 @@ impl<'a> Loader<'a> {
             );
         }
         for (i, (t, span)) in rule_tables.into_iter().take(MAX_RULES).enumerate() {
-            if let Some(rule) = self.rule(&ctx, i, t, span) {
+            if let Some(rule) = self.rule(ctx, i, t, span) {
                 if rules.iter().any(|r| r.id == rule.id) {
                     let line = rule.line;
                     self.errors.push(LoadError {
@@ -754,35 +818,7 @@ impl<'a> Loader<'a> {
                 rules.push(rule);
             }
         }
-
-        let nclasses = classifications.len().min(MAX_CLASSIFICATIONS);
-        let index = self.build_index(&rules, nclasses, &classifications, &tenants);
-
-        if !self.errors.is_empty() {
-            self.errors.sort_by_key(|e| (e.line == 0, e.line, e.column));
-            return Err(self.errors);
-        }
-        let digest = PolicyDigest::of(self.text.as_bytes());
-        Ok(Policy {
-            name,
-            version,
-            description,
-            classifications,
-            groups,
-            tenants,
-            endpoints,
-            rules,
-            digest,
-            digest_text: digest.to_string(),
-            index: Index {
-                nclasses,
-                class_by_name,
-                tenant_by_id,
-                endpoint_by_id,
-                endpoint_by_host,
-                ..index
-            },
-        })
+        rules
     }
 
     fn name_ok(&mut self, s: &Located<String>, what: &str) -> bool {
@@ -1291,6 +1327,31 @@ struct RuleCtx<'a> {
     groups: &'a BTreeMap<String, Vec<Jurisdiction>>,
     tenant_by_id: &'a HashMap<String, usize>,
     endpoint_by_id: &'a HashMap<String, usize>,
+}
+
+/// What `[policy]` says about the policy itself.
+#[derive(Default)]
+struct Header {
+    name: String,
+    description: String,
+    version: u64,
+}
+
+/// The endpoint lookups decisions use: position by id, and by host name (a host listed twice
+/// is an error reported elsewhere; the first endpoint keeps it).
+fn endpoint_lookups(endpoints: &[Endpoint]) -> (HashMap<String, usize>, HashMap<String, usize>) {
+    let endpoint_by_id: HashMap<String, usize> = endpoints
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (e.id.clone(), i))
+        .collect();
+    let mut endpoint_by_host: HashMap<String, usize> = HashMap::new();
+    for (i, e) in endpoints.iter().enumerate() {
+        for h in &e.hosts {
+            endpoint_by_host.entry(h.clone()).or_insert(i);
+        }
+    }
+    (endpoint_by_id, endpoint_by_host)
 }
 
 /// What two rules that both speak for `action` disagree on, if anything. Only the parts that
