@@ -12,18 +12,18 @@ use attest::receipt::Receipt;
 use sha2::{Digest, Sha256};
 
 /// The log's origin and key name in the example.
-pub const ORIGIN: &str = "node-1.example/usage";
+pub(crate) const ORIGIN: &str = "node-1.example/usage";
 
 /// The example's leaves: compact JSON records, abbreviated (the real schema is hostd's
 /// `record.rs`; the log treats leaves as opaque bytes).
-pub const RECORDS: [&str; 3] = [
+pub(crate) const RECORDS: [&str; 3] = [
     r#"{"kind":"usage","id":0,"tenant":"acme","gpu_ms":3600000,"amount_paise":25000}"#,
     r#"{"kind":"usage","id":1,"tenant":"acme","gpu_ms":1800000,"amount_paise":12500}"#,
     r#"{"kind":"usage","id":2,"tenant":"zenith","gpu_ms":600000,"amount_paise":4167}"#,
 ];
 
 /// Each code block of the example, keyed by the info string it has in docs/ledger.md.
-pub fn blocks() -> Vec<(&'static str, String)> {
+pub(crate) fn blocks() -> Vec<(&'static str, String)> {
     // A PUBLIC test key: its seed is derived from a published string. Never use it for
     // anything but this example.
     let seed: [u8; 32] = Sha256::digest(b"sovereign-host docs/ledger.md example key").into();

@@ -34,24 +34,46 @@ pub struct Checkpoint {
 /// Why a checkpoint was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CheckpointError {
+    /// The body is not newline-terminated; the note format signs whole lines, so a missing
+    /// final newline means the text was truncated or built by hand.
     #[error("checkpoint body must end with a newline")]
     MissingNewline,
+    /// Fewer than the three mandatory lines: without origin, size and root there is no tree
+    /// head to trust.
     #[error("checkpoint body needs origin, size and root lines")]
     TooFewLines,
+    /// A body line is empty, which the tlog-checkpoint spec forbids (an empty line would end
+    /// the note text early).
     #[error("checkpoint line {line} is empty")]
-    EmptyLine { line: usize },
+    EmptyLine {
+        /// 1-based line number in the body.
+        line: usize,
+    },
+    /// The origin (the log's name, which must match the signing key's name) is unusable.
     #[error("checkpoint origin is empty or contains a newline or control character")]
     InvalidOrigin,
+    /// An extension line (0-based among extensions) is empty or holds a control character.
     #[error("checkpoint extension line {0} is empty or contains a newline or control character")]
     InvalidExtension(usize),
+    /// The size line is not canonical decimal: only one spelling per size is accepted, so two
+    /// byte-different checkpoints can never claim the same tree head.
     #[error(
         "checkpoint tree size {0:?} is not a decimal without leading zeros that fits in 64 bits"
     )]
     InvalidSize(String),
+    /// The root line is not the canonical base64 of a SHA-256 hash.
     #[error("checkpoint root {0:?} is not the standard base64 of a 32-byte hash")]
     InvalidRoot(String),
+    /// The verifying key belongs to a different log than the origin names: a valid
+    /// signature from log A must not vouch for a tree head that claims to be log B's.
     #[error("checkpoint is signed by key {key_name:?} but its origin is {origin:?}")]
-    OriginMismatch { origin: String, key_name: String },
+    OriginMismatch {
+        /// Origin line of the checkpoint.
+        origin: String,
+        /// Name of the key whose signature verified.
+        key_name: String,
+    },
+    /// The signed-note envelope itself was rejected (format or signatures).
     #[error(transparent)]
     Note(#[from] NoteError),
 }

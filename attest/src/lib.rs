@@ -20,6 +20,7 @@
 //! * [`manifest`] — signed image manifests (reference measurements of the host image).
 //! * [`verifier`] — appraisal of evidence into signed EAR-style results ([`ear`]).
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod canonical;
 pub mod checkpoint;

@@ -37,40 +37,92 @@ pub const MAX_SIGNATURES: usize = 100;
 /// Why a note, key or signature was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NoteError {
+    /// Signed-note text is a sequence of whole lines; an unterminated last line is refused so
+    /// that "text" and "text\n" are never both signable.
     #[error("note text must end with a newline")]
     TextMissingNewline,
+    /// An empty first line would be read as the separator before the signatures.
     #[error("note text must not be empty or begin with an empty line")]
     TextEmptyFirstLine,
+    /// Notes are UTF-8 by definition; anything else cannot be compared byte-for-byte with
+    /// what the signer saw.
     #[error("note is not valid UTF-8")]
     InvalidUtf8,
+    /// Control characters (other than newline) could hide text from a human reading the
+    /// note, so the spec forbids them.
     #[error(
         "note contains control character U+{code:04X} at byte {offset} (only newline is allowed)"
     )]
-    ControlCharacter { offset: usize, code: u32 },
+    ControlCharacter {
+        /// Byte offset of the character.
+        offset: usize,
+        /// Its code point.
+        code: u32,
+    },
+    /// Without the blank line there is no signature block, hence nothing to trust.
     #[error("note has no blank line separating text from signatures")]
     MissingSignatureBlock,
+    /// The last signature line is unterminated (truncated note).
     #[error("note signature block must end with a newline")]
     UnterminatedSignatureBlock,
+    /// A signature line is not `— name base64(key ID ‖ signature)`.
     #[error("malformed signature line {line}: {reason}")]
-    MalformedSignature { line: usize, reason: &'static str },
+    MalformedSignature {
+        /// 1-based line number within the signature block.
+        line: usize,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// More than [`MAX_SIGNATURES`] signature lines: refused so a stuffed note cannot make a
+    /// verifier spin.
     #[error("note has more than {MAX_SIGNATURES} signatures")]
     TooManySignatures,
+    /// A key we trust claims to have signed, but the signature is wrong: the text was
+    /// altered or the signature forged. This is fatal even if another known key verified.
     #[error("signature by known key {name}+{key_id:08x} does not verify")]
-    BadSignature { name: String, key_id: u32 },
+    BadSignature {
+        /// Key name.
+        name: String,
+        /// Key ID.
+        key_id: u32,
+    },
+    /// Nobody we trust signed; the text must be ignored. Lists who did sign, for diagnosis.
     #[error("no signature by a known key (signed by: {})", .signers.join(", "))]
-    NoKnownSignature { signers: Vec<String> },
+    NoKnownSignature {
+        /// `name+keyid` of every signature present.
+        signers: Vec<String>,
+    },
+    /// The name could not appear unambiguously in a signature line or key text.
     #[error("invalid key name {0:?}: must be non-empty, without spaces or '+'")]
     InvalidKeyName(String),
+    /// The `name+keyid+base64` verifier key text does not parse.
     #[error("malformed verifier key: {0}")]
     MalformedVerifierKey(&'static str),
+    /// The `PRIVATE+KEY+name+keyid+base64` signer key text does not parse.
     #[error("malformed signer key: {0}")]
     MalformedSignerKey(&'static str),
+    /// The key ID written in a key text is not the one derived from its name and key bytes:
+    /// a key text edited by hand, or a name swapped onto someone else's key.
     #[error("key ID {claimed:08x} does not match the key (expected {actual:08x})")]
-    KeyIdMismatch { claimed: u32, actual: u32 },
+    KeyIdMismatch {
+        /// Key ID written in the key text.
+        claimed: u32,
+        /// Key ID derived from name and key.
+        actual: u32,
+    },
+    /// The key's algorithm byte is not Ed25519, the only one implemented.
     #[error("unsupported signature type 0x{0:02x} (only Ed25519, 0x01)")]
     UnsupportedAlgorithm(u8),
+    /// Two trusted keys could claim the same signature line, so which one vouched would be
+    /// ambiguous; the verifier set is refused instead of guessing.
     #[error("two different verifier keys share name {name} and key ID {key_id:08x}")]
-    AmbiguousVerifiers { name: String, key_id: u32 },
+    AmbiguousVerifiers {
+        /// Shared key name.
+        name: String,
+        /// Shared key ID.
+        key_id: u32,
+    },
+    /// The OS random number generator failed while generating a key.
     #[error("random number generator failed: {0}")]
     Rng(String),
 }
@@ -181,14 +233,18 @@ impl NoteVerifier {
         format!("{}+{:08x}+{}", self.name, self.key_id, B64.encode(key))
     }
 
+    /// The key name signatures must carry (for a log: its checkpoint origin).
     pub fn name(&self) -> &str {
         &self.name
     }
 
+    /// The 32-bit key ID derived from name and key ([`key_id`]), which signature lines
+    /// carry so a verifier can pick the key without trying them all.
     pub fn key_id(&self) -> u32 {
         self.key_id
     }
 
+    /// The Ed25519 public key.
     pub fn public_key(&self) -> &VerifyingKey {
         &self.key
     }
@@ -237,6 +293,8 @@ impl NoteSigner {
         Self::from_signing_key(name, SigningKey::from_bytes(seed))
     }
 
+    /// A signer for an existing Ed25519 key (e.g. one loaded from the daemon's key store);
+    /// fails if `name` is not a valid key name.
     pub fn from_signing_key(name: &str, key: SigningKey) -> Result<Self, NoteError> {
         check_name(name)?;
         Ok(Self {
@@ -305,10 +363,12 @@ impl NoteSigner {
         }
     }
 
+    /// The key name written on every signature line.
     pub fn name(&self) -> &str {
         &self.name
     }
 
+    /// The key ID written on every signature line ([`key_id`]).
     pub fn key_id(&self) -> u32 {
         self.key_id
     }
@@ -339,6 +399,7 @@ pub struct NoteSignature {
 pub struct ParsedNote {
     /// The text, including its final newline.
     pub text: String,
+    /// Every signature line, in order, unverified.
     pub signatures: Vec<NoteSignature>,
 }
 

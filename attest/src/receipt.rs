@@ -42,22 +42,35 @@ pub struct Receipt {
 /// Why a receipt was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ReceiptError {
+    /// Not a tlog-proof at all (or a version this code does not speak).
     #[error("receipt does not start with the line {HEADER:?}")]
     MissingHeader,
+    /// The optional `extra` line is not canonical base64.
     #[error("receipt extra data is not standard base64")]
     InvalidExtra,
+    /// The leaf index is missing or not canonical decimal, so there is no position to prove.
     #[error("receipt has no valid `index <decimal>` line")]
     InvalidIndex,
+    /// A proof line is not the canonical base64 of a SHA-256 hash.
     #[error("receipt proof line {line} is not the standard base64 of a 32-byte hash")]
-    InvalidProofHash { line: usize },
+    InvalidProofHash {
+        /// 1-based line number in the receipt.
+        line: usize,
+    },
+    /// No tree of `u64` size needs a longer inclusion proof; refusing early bounds the work
+    /// a hostile receipt can cause.
     #[error("receipt has more than {MAX_PROOF_LEN} proof hashes")]
     ProofTooLong,
+    /// The receipt ends without the signed checkpoint that anchors the proof.
     #[error("receipt has no blank line before its checkpoint")]
     MissingCheckpoint,
+    /// The embedded checkpoint note is truncated.
     #[error("receipt checkpoint note must end with a newline")]
     CheckpointMissingNewline,
+    /// The embedded checkpoint is malformed or not signed by a trusted log key.
     #[error("receipt checkpoint: {0}")]
     Checkpoint(#[from] CheckpointError),
+    /// The proof does not place the record in the tree the checkpoint signs.
     #[error("receipt inclusion proof: {0}")]
     Proof(#[from] ProofError),
 }

@@ -588,7 +588,8 @@ fn verify_signature(
 
 /// Sign a RIM the way NVIDIA does (see the module docs), for simulators and tests: inserts
 /// the enveloped `Signature` as the last child of the root element. `chain` is leaf first;
-/// `key` must belong to its leaf.
+/// `key` must belong to its leaf. Only [`crate::nvidia::sim`] signs RIMs, hence the feature.
+#[cfg(feature = "sim")]
 pub(crate) fn sign_enveloped(
     xml: &str,
     key: &p384::ecdsa::SigningKey,

@@ -20,7 +20,9 @@ use crate::ear::{
     tier, AttestationClaims, AttestationResult, ImageReference, NodeIdentity, Reason, Status,
     TrustVector, EAR_PROFILE,
 };
-use crate::evidence::{evidence_digest, gpu_nonce, Evidence, EvidenceError, GpuClaims, HexBytes};
+use crate::evidence::{
+    evidence_digest, gpu_nonce, Evidence, EvidenceClaims, EvidenceError, GpuClaims, HexBytes,
+};
 use crate::identity::{self, IdentityError};
 use crate::manifest::{ImageManifest, ManifestError, SignedImageManifest};
 use crate::nvidia::chain::{CertChain, ChainError, VerifiedChain};
@@ -430,6 +432,28 @@ impl Verifier {
         let claims = &evidence.claims;
         let enrollment = &claims.enrollment;
         let node_pk = *claims.node_public_key();
+        let node_ok = self.appraise_enrollment(claims, now, acc);
+        self.appraise_freshness(claims, expected_nonce, now, nonce_state, acc);
+        acc.raise(InstanceIdentity, tier::AFFIRMING);
+        self.appraise_measurements(claims, acc);
+        self.appraise_hardware(claims, expected_nonce, &node_pk, now, acc);
+
+        node_ok.then(|| NodeIdentity {
+            ueid: identity::ueid(&node_pk).to_vec(),
+            node_public_key: node_pk,
+            node_name: enrollment.claims.node_name.clone(),
+            jurisdiction: enrollment.claims.jurisdiction.clone(),
+            facility: enrollment.claims.facility.clone(),
+        })
+    }
+
+    /// The node's identity: its enrollment certificate is signed by a configured authority,
+    /// valid now, and not for a revoked key. Returns whether the node can be named in the
+    /// result (an unknown or revoked node's claims about itself are not repeated).
+    fn appraise_enrollment(&self, claims: &EvidenceClaims, now: u64, acc: &mut Acc) -> bool {
+        use Claim::*;
+        let enrollment = &claims.enrollment;
+        let node_pk = *claims.node_public_key();
         let mut node_ok = true;
         if let Err(e) = self.verify_enrollment_signature(enrollment) {
             node_ok = false;
@@ -461,8 +485,20 @@ impl Verifier {
             };
             acc.fail(InstanceIdentity, tier::CONTRAINDICATED, code, e.to_string());
         }
+        node_ok
+    }
 
-        // Freshness: this evidence must answer this challenge, recently.
+    /// Freshness: this evidence must answer this challenge (nonce, once, not expired), and be
+    /// recent by its own clock within the allowed skew, so recorded evidence cannot be replayed.
+    fn appraise_freshness(
+        &self,
+        claims: &EvidenceClaims,
+        expected_nonce: &[u8; 32],
+        now: u64,
+        nonce_state: Result<(), NonceError>,
+        acc: &mut Acc,
+    ) {
+        use Claim::*;
         if &claims.eat_nonce != expected_nonce {
             acc.fail(
                 InstanceIdentity,
@@ -502,9 +538,12 @@ impl Verifier {
                 ),
             );
         }
-        acc.raise(InstanceIdentity, tier::AFFIRMING);
+    }
 
-        // Measurements.
+    /// The host image: every reference measurement must be in the evidence with the same
+    /// value; configuration measurements and executables are separate claims.
+    fn appraise_measurements(&self, claims: &EvidenceClaims, acc: &mut Acc) {
+        use Claim::*;
         for (name, expected) in &self.config.reference.image.measurements {
             let claim = if is_configuration_measurement(name) {
                 Configuration
@@ -531,8 +570,19 @@ impl Verifier {
                 Some(_) => acc.raise(claim, tier::AFFIRMING),
             }
         }
+    }
 
-        // GPUs.
+    /// The GPUs: at least the configured number, each appraised on its own (report, chain,
+    /// nonce bound to this node and challenge, RIM).
+    fn appraise_hardware(
+        &self,
+        claims: &EvidenceClaims,
+        expected_nonce: &[u8; 32],
+        node_pk: &[u8; 32],
+        now: u64,
+        acc: &mut Acc,
+    ) {
+        use Claim::*;
         if claims.submods.len() < self.config.min_gpus {
             acc.fail(
                 Hardware,
@@ -545,17 +595,9 @@ impl Verifier {
                 ),
             );
         }
-        for gpu_acc in self.appraise_gpus(&claims.submods, expected_nonce, &node_pk, now) {
+        for gpu_acc in self.appraise_gpus(&claims.submods, expected_nonce, node_pk, now) {
             acc.merge(gpu_acc);
         }
-
-        node_ok.then(|| NodeIdentity {
-            ueid: identity::ueid(&node_pk).to_vec(),
-            node_public_key: node_pk,
-            node_name: enrollment.claims.node_name.clone(),
-            jurisdiction: enrollment.claims.jurisdiction.clone(),
-            facility: enrollment.claims.facility.clone(),
-        })
     }
 
     /// Each GPU report costs a P-384 signature check (about 1 ms on one core), so a node

@@ -149,9 +149,9 @@ impl Residency {
                 jurisdiction: req.node_jurisdiction.to_string(),
                 facility: req.node_facility.to_string(),
                 attestation: req.attestation,
-                evidence_age_s: req.evidence_age_s,
+                evidence_age_s: Some(req.evidence_age_s).filter(|&age| age != u64::MAX),
                 cc_mode: req.cc_mode,
-                image_version: req.image_version.to_string(),
+                image_version: Some(req.image_version.to_string()).filter(|v| !v.is_empty()),
             },
         };
         let d = policy::decide(policy, &request);

@@ -404,14 +404,13 @@ fn check_node(cx: &mut Ctx<'_>, node: &Node, home: Option<Jurisdiction>, _class:
     }
     if let Some((max, text)) = &req.max_evidence_age {
         cx.check(
-            node.evidence_age_s <= *max,
+            node.evidence_age_s.is_some_and(|age| age <= *max),
             Attribute::EvidenceAge,
             &subject,
             format!("at most {text}"),
-            if node.evidence_age_s == u64::MAX {
-                "unknown (no evidence)".to_string()
-            } else {
-                format!("{}s", node.evidence_age_s)
+            match node.evidence_age_s {
+                Some(age) => format!("{age}s"),
+                None => "unknown (no evidence)".to_string(),
             },
         );
     }
@@ -425,18 +424,19 @@ fn check_node(cx: &mut Ctx<'_>, node: &Node, home: Option<Jurisdiction>, _class:
         );
     }
     if let Some((min, text)) = &req.min_image_version {
-        let have = Version::parse(&node.image_version);
+        let have = node
+            .image_version
+            .as_deref()
+            .map(|v| (v, Version::parse(v)));
         cx.check(
-            have.is_some_and(|v| v >= *min),
+            have.is_some_and(|(_, parsed)| parsed.is_some_and(|v| v >= *min)),
             Attribute::ImageVersion,
             &subject,
             format!("at least {text}"),
-            if have.is_some() {
-                node.image_version.clone()
-            } else if node.image_version.is_empty() {
-                "unknown (none attested)".to_string()
-            } else {
-                format!("'{}' (not a comparable version)", node.image_version)
+            match have {
+                Some((v, Some(_))) => v.to_string(),
+                Some((v, None)) => format!("'{v}' (not a comparable version)"),
+                None => "unknown (none attested)".to_string(),
             },
         );
     }

@@ -15,8 +15,8 @@
 //!     dataset: Data::new("telugu-asr-raw", "restricted"),
 //!     node: Node {
 //!         id: "gpu-07".into(), jurisdiction: "SG".into(), facility: "sg-jurong-1".into(),
-//!         attestation: AttestationStatus::Affirming, evidence_age_s: 60,
-//!         cc_mode: true, image_version: "1.4.2".into(),
+//!         attestation: AttestationStatus::Affirming, evidence_age_s: Some(60),
+//!         cc_mode: true, image_version: Some("1.4.2".into()),
 //!     },
 //! };
 //! let d = decide(&policy, &req);

@@ -377,6 +377,9 @@ impl<'a> Loader<'a> {
 
     // ---- the document ----
 
+    /// The whole file, top-level table by top-level table. Every section reports its own
+    /// errors and carries on with what it could read, so one pass finds every mistake; the
+    /// policy is only built when none was found.
     fn load(mut self) -> Result<Policy, Vec<LoadError>> {
         let doc = match ImDocument::parse(self.text) {
             Ok(d) => d,
@@ -387,10 +390,9 @@ impl<'a> Loader<'a> {
             }
         };
         let root: &dyn TableLike = doc.as_table();
-        let root_span = Some(0..0);
         self.check_keys(
             root,
-            root_span.clone(),
+            Some(0..0),
             "",
             &[
                 "policy",
@@ -401,172 +403,227 @@ impl<'a> Loader<'a> {
                 "rules",
             ],
         );
-
-        // [policy]
-        let mut name = String::new();
-        let mut description = String::new();
-        let mut version = 0u64;
-        match self.get_table(root, "", "policy") {
-            None => {
-                if root.get("policy").is_none() {
-                    self.err(None, "policy", "missing required table [policy]");
-                }
-            }
-            Some((t, span)) => {
-                self.check_keys(
-                    t,
-                    span.clone(),
-                    "policy",
-                    &["name", "format", "version", "description"],
-                );
-                if let Some(n) = self.get_str(t, &span, "policy", "name", true) {
-                    if self.id(&n, "policy name") {
-                        name = n.value;
-                    }
-                }
-                if let Some(d) = self.get_str(t, &span, "policy", "description", false) {
-                    description = d.value;
-                }
-                if let Some(f) = self.get_int(t, &span, "policy", "format", true) {
-                    if f.value != FORMAT_VERSION {
-                        self.err(
-                            f.span,
-                            &f.field,
-                            format!(
-                                "unsupported format {} (this version reads format {FORMAT_VERSION})",
-                                f.value
-                            ),
-                        );
-                    }
-                }
-                if let Some(v) = self.get_int(t, &span, "policy", "version", true) {
-                    if v.value < 1 {
-                        self.err(v.span, &v.field, "version must be a positive integer");
-                    } else {
-                        version = v.value as u64;
-                    }
-                }
-            }
-        }
-
-        // [classifications]
-        let mut classifications: Vec<String> = Vec::new();
-        match self.get_table(root, "", "classifications") {
-            None => {
-                if root.get("classifications").is_none() {
-                    self.err(
-                        None,
-                        "classifications",
-                        "missing required table [classifications] with order = [...]",
-                    );
-                }
-            }
-            Some((t, span)) => {
-                self.check_keys(t, span.clone(), "classifications", &["order"]);
-                if let Some(order) = self.get_str_list(t, &span, "classifications", "order", true) {
-                    if order.value.is_empty() {
-                        self.err(
-                            order.span.clone(),
-                            &order.field,
-                            "at least one classification is required",
-                        );
-                    }
-                    if order.value.len() > MAX_CLASSIFICATIONS {
-                        self.err(
-                            order.span.clone(),
-                            &order.field,
-                            format!("at most {MAX_CLASSIFICATIONS} classifications are supported"),
-                        );
-                    }
-                    for c in &order.value {
-                        if !self.name_ok(c, "classification") {
-                            continue;
-                        }
-                        if classifications.contains(&c.value) {
-                            self.err(
-                                c.span.clone(),
-                                &c.field,
-                                format!("classification '{}' is listed twice", c.value),
-                            );
-                        } else {
-                            classifications.push(c.value.clone());
-                        }
-                    }
-                }
-            }
-        }
+        let header = self.policy_header(root);
+        let classifications = self.classifications(root);
         let class_by_name: HashMap<String, u8> = classifications
             .iter()
             .take(MAX_CLASSIFICATIONS)
             .enumerate()
             .map(|(i, c)| (c.clone(), i as u8))
             .collect();
+        let groups = self.groups(root);
+        let (tenants, tenant_by_id) = self.tenants(root);
+        let endpoints = self.endpoints(root);
+        let (endpoint_by_id, endpoint_by_host) = endpoint_lookups(&endpoints);
+        let ctx = RuleCtx {
+            class_by_name: &class_by_name,
+            groups: &groups,
+            tenant_by_id: &tenant_by_id,
+            endpoint_by_id: &endpoint_by_id,
+        };
+        let rules = self.rules(root, &ctx);
 
-        // [groups]
-        let mut groups: BTreeMap<String, Vec<Jurisdiction>> = BTreeMap::new();
-        if let Some((t, _span)) = self.get_table(root, "", "groups") {
-            let entries: Vec<(String, &Item)> = t.iter().map(|(k, v)| (k.to_string(), v)).collect();
-            for (k, item) in entries {
-                let field = join("groups", &k);
-                let key_span = t.key(&k).and_then(|key| key.span()).or(item.span());
-                if !is_group_name(&k) {
-                    self.err(
-                        key_span.clone(),
-                        &field,
-                        format!("group name '{k}' must be lowercase letters, digits and '-', start with a letter, and not be 'home' (uppercase names are jurisdiction codes)"),
-                    );
-                    continue;
-                }
-                let Some(arr) = item.as_array() else {
-                    self.err(
-                        item.span(),
-                        &field,
-                        "expected an array of jurisdiction codes",
-                    );
-                    continue;
-                };
-                let mut members = Vec::new();
-                for (i, v) in arr.iter().enumerate() {
-                    let f = format!("{field}[{i}]");
-                    let Some(s) = v.as_str() else {
-                        self.err(v.span(), &f, "expected a jurisdiction code string");
-                        continue;
-                    };
-                    if let Some(upper) = uppercase_hint(s) {
-                        self.err(
-                            v.span(),
-                            &f,
-                            format!(
-                                "'{s}' is not a jurisdiction code (codes are uppercase: {upper})"
-                            ),
-                        );
-                        continue;
-                    }
-                    if is_group_name(s) || s == "*" || s == "home" {
-                        self.err(v.span(), &f, format!("'{s}': groups list jurisdiction codes only (no nested groups, '*' or 'home')"));
-                        continue;
-                    }
-                    let loc = Located {
-                        value: s.to_string(),
-                        span: v.span(),
-                        field: f,
-                    };
-                    if let Some(j) = self.jurisdiction(&loc) {
-                        members.push(j);
-                    }
-                }
-                if arr.is_empty() {
-                    self.err(
-                        item.span(),
-                        &field,
-                        "a group must list at least one jurisdiction",
-                    );
-                }
-                groups.insert(k, members);
+        let nclasses = classifications.len().min(MAX_CLASSIFICATIONS);
+        let index = self.build_index(&rules, nclasses, &classifications, &tenants);
+
+        if !self.errors.is_empty() {
+            self.errors.sort_by_key(|e| (e.line == 0, e.line, e.column));
+            return Err(self.errors);
+        }
+        let digest = PolicyDigest::of(self.text.as_bytes());
+        Ok(Policy {
+            name: header.name,
+            version: header.version,
+            description: header.description,
+            classifications,
+            groups,
+            tenants,
+            endpoints,
+            rules,
+            digest,
+            digest_text: digest.to_string(),
+            index: Index {
+                nclasses,
+                class_by_name,
+                tenant_by_id,
+                endpoint_by_id,
+                endpoint_by_host,
+                ..index
+            },
+        })
+    }
+
+    /// `[policy]`: name, format and version. Missing or wrong fields are reported and leave
+    /// the defaults (empty name, version 0) in place.
+    fn policy_header(&mut self, root: &dyn TableLike) -> Header {
+        let mut header = Header::default();
+        let Some((t, span)) = self.get_table(root, "", "policy") else {
+            if root.get("policy").is_none() {
+                self.err(None, "policy", "missing required table [policy]");
+            }
+            return header;
+        };
+        self.check_keys(
+            t,
+            span.clone(),
+            "policy",
+            &["name", "format", "version", "description"],
+        );
+        if let Some(n) = self.get_str(t, &span, "policy", "name", true) {
+            if self.id(&n, "policy name") {
+                header.name = n.value;
             }
         }
+        if let Some(d) = self.get_str(t, &span, "policy", "description", false) {
+            header.description = d.value;
+        }
+        if let Some(f) = self.get_int(t, &span, "policy", "format", true) {
+            if f.value != FORMAT_VERSION {
+                self.err(
+                    f.span,
+                    &f.field,
+                    format!(
+                        "unsupported format {} (this version reads format {FORMAT_VERSION})",
+                        f.value
+                    ),
+                );
+            }
+        }
+        if let Some(v) = self.get_int(t, &span, "policy", "version", true) {
+            if v.value < 1 {
+                self.err(v.span, &v.field, "version must be a positive integer");
+            } else {
+                header.version = v.value as u64;
+            }
+        }
+        header
+    }
 
-        // [[tenants]]
+    /// `[classifications] order`: the valid, distinct names, least sensitive first (their
+    /// position is their rank).
+    fn classifications(&mut self, root: &dyn TableLike) -> Vec<String> {
+        let mut classifications: Vec<String> = Vec::new();
+        let Some((t, span)) = self.get_table(root, "", "classifications") else {
+            if root.get("classifications").is_none() {
+                self.err(
+                    None,
+                    "classifications",
+                    "missing required table [classifications] with order = [...]",
+                );
+            }
+            return classifications;
+        };
+        self.check_keys(t, span.clone(), "classifications", &["order"]);
+        let Some(order) = self.get_str_list(t, &span, "classifications", "order", true) else {
+            return classifications;
+        };
+        if order.value.is_empty() {
+            self.err(
+                order.span.clone(),
+                &order.field,
+                "at least one classification is required",
+            );
+        }
+        if order.value.len() > MAX_CLASSIFICATIONS {
+            self.err(
+                order.span.clone(),
+                &order.field,
+                format!("at most {MAX_CLASSIFICATIONS} classifications are supported"),
+            );
+        }
+        for c in &order.value {
+            if !self.name_ok(c, "classification") {
+                continue;
+            }
+            if classifications.contains(&c.value) {
+                self.err(
+                    c.span.clone(),
+                    &c.field,
+                    format!("classification '{}' is listed twice", c.value),
+                );
+            } else {
+                classifications.push(c.value.clone());
+            }
+        }
+        classifications
+    }
+
+    /// `[groups]`: named lists of jurisdiction codes, by name. A group whose name is invalid
+    /// or that is not an array is left out; one with bad members keeps the good ones.
+    fn groups(&mut self, root: &dyn TableLike) -> BTreeMap<String, Vec<Jurisdiction>> {
+        let mut groups = BTreeMap::new();
+        let Some((t, _span)) = self.get_table(root, "", "groups") else {
+            return groups;
+        };
+        let entries: Vec<(String, &Item)> = t.iter().map(|(k, v)| (k.to_string(), v)).collect();
+        for (k, item) in entries {
+            let field = join("groups", &k);
+            let key_span = t.key(&k).and_then(|key| key.span()).or(item.span());
+            if !is_group_name(&k) {
+                self.err(
+                    key_span.clone(),
+                    &field,
+                    format!("group name '{k}' must be lowercase letters, digits and '-', start with a letter, and not be 'home' (uppercase names are jurisdiction codes)"),
+                );
+                continue;
+            }
+            let Some(arr) = item.as_array() else {
+                self.err(
+                    item.span(),
+                    &field,
+                    "expected an array of jurisdiction codes",
+                );
+                continue;
+            };
+            let members = self.group_members(&field, arr);
+            if arr.is_empty() {
+                self.err(
+                    item.span(),
+                    &field,
+                    "a group must list at least one jurisdiction",
+                );
+            }
+            groups.insert(k, members);
+        }
+        groups
+    }
+
+    /// The jurisdictions of one group (`field` is `groups.NAME`). Groups do not nest, so
+    /// another group's name, `*` and `home` are errors here.
+    fn group_members(&mut self, field: &str, arr: &toml_edit::Array) -> Vec<Jurisdiction> {
+        let mut members = Vec::new();
+        for (i, v) in arr.iter().enumerate() {
+            let f = format!("{field}[{i}]");
+            let Some(s) = v.as_str() else {
+                self.err(v.span(), &f, "expected a jurisdiction code string");
+                continue;
+            };
+            if let Some(upper) = uppercase_hint(s) {
+                self.err(
+                    v.span(),
+                    &f,
+                    format!("'{s}' is not a jurisdiction code (codes are uppercase: {upper})"),
+                );
+                continue;
+            }
+            if is_group_name(s) || s == "*" || s == "home" {
+                self.err(v.span(), &f, format!("'{s}': groups list jurisdiction codes only (no nested groups, '*' or 'home')"));
+                continue;
+            }
+            let loc = Located {
+                value: s.to_string(),
+                span: v.span(),
+                field: f,
+            };
+            if let Some(j) = self.jurisdiction(&loc) {
+                members.push(j);
+            }
+        }
+        members
+    }
+
+    /// `[[tenants]]`: the valid, distinct tenants, and each one's position by id.
+    fn tenants(&mut self, root: &dyn TableLike) -> (Vec<Tenant>, HashMap<String, usize>) {
         let mut tenants: Vec<Tenant> = Vec::new();
         let mut tenant_by_id: HashMap<String, usize> = HashMap::new();
         for (i, (t, span)) in self
@@ -596,8 +653,11 @@ impl<'a> Loader<'a> {
                 tenants.push(Tenant { id: id.value, home });
             }
         }
+        (tenants, tenant_by_id)
+    }
 
-        // [[endpoints]]
+    /// `[[endpoints]]`: the valid, distinct endpoints, checked not to overlap.
+    fn endpoints(&mut self, root: &dyn TableLike) -> Vec<Endpoint> {
         let mut endpoints: Vec<Endpoint> = Vec::new();
         let mut endpoint_spans: Vec<(Option<Range<usize>>, String)> = Vec::new();
         for (i, (t, span)) in self
@@ -622,30 +682,8 @@ impl<'a> Loader<'a> {
                 .unwrap_or_default();
             let cidr_list = self.get_str_list(t, &span, &path, "cidrs", false);
             let host_list = self.get_str_list(t, &span, &path, "hosts", false);
-            let mut cidrs = Vec::new();
-            if let Some(l) = &cidr_list {
-                for c in &l.value {
-                    match Cidr::parse(&c.value) {
-                        Ok(p) => cidrs.push(p),
-                        Err(e) => self.err(c.span.clone(), &c.field, e.to_string()),
-                    }
-                }
-            }
-            let mut hosts = Vec::new();
-            if let Some(l) = &host_list {
-                for h in &l.value {
-                    let lower = h.value.trim_end_matches('.').to_ascii_lowercase();
-                    if !is_host_name(&lower) {
-                        self.err(
-                            h.span.clone(),
-                            &h.field,
-                            format!("'{}' is not a DNS host name", h.value),
-                        );
-                    } else {
-                        hosts.push(lower);
-                    }
-                }
-            }
+            let cidrs = self.endpoint_cidrs(cidr_list.as_ref());
+            let hosts = self.endpoint_hosts(host_list.as_ref());
             if cidr_list.as_ref().is_none_or(|l| l.value.is_empty())
                 && host_list.as_ref().is_none_or(|l| l.value.is_empty())
             {
@@ -677,7 +715,48 @@ impl<'a> Loader<'a> {
                 });
             }
         }
-        // Endpoints must not overlap: an address has to map to exactly one jurisdiction.
+        self.check_endpoint_overlaps(&endpoints, &endpoint_spans);
+        endpoints
+    }
+
+    /// An endpoint's `cidrs` that parse.
+    fn endpoint_cidrs(&mut self, list: Option<&Located<Vec<Located<String>>>>) -> Vec<Cidr> {
+        let mut cidrs = Vec::new();
+        for c in list.map(|l| l.value.as_slice()).unwrap_or_default() {
+            match Cidr::parse(&c.value) {
+                Ok(p) => cidrs.push(p),
+                Err(e) => self.err(c.span.clone(), &c.field, e.to_string()),
+            }
+        }
+        cidrs
+    }
+
+    /// An endpoint's `hosts` that are DNS names, lowercased and without a trailing dot (the
+    /// form egress decisions compare against).
+    fn endpoint_hosts(&mut self, list: Option<&Located<Vec<Located<String>>>>) -> Vec<String> {
+        let mut hosts = Vec::new();
+        for h in list.map(|l| l.value.as_slice()).unwrap_or_default() {
+            let lower = h.value.trim_end_matches('.').to_ascii_lowercase();
+            if !is_host_name(&lower) {
+                self.err(
+                    h.span.clone(),
+                    &h.field,
+                    format!("'{}' is not a DNS host name", h.value),
+                );
+            } else {
+                hosts.push(lower);
+            }
+        }
+        hosts
+    }
+
+    /// Endpoints must not overlap: an address (or host name) has to map to exactly one
+    /// jurisdiction. `spans[i]` locates `endpoints[i]`; each clash is reported at the later one.
+    fn check_endpoint_overlaps(
+        &mut self,
+        endpoints: &[Endpoint],
+        spans: &[(Option<Range<usize>>, String)],
+    ) {
         for a in 0..endpoints.len() {
             for b in (a + 1)..endpoints.len() {
                 let clash = endpoints[a].cidrs.iter().find_map(|x| {
@@ -688,7 +767,7 @@ impl<'a> Loader<'a> {
                         .map(|y| (*x, *y))
                 });
                 if let Some((x, y)) = clash {
-                    let (span, path) = endpoint_spans[b].clone();
+                    let (span, path) = spans[b].clone();
                     self.err(span, &join(&path, "cidrs"), format!(
                         "{y} of endpoint '{}' overlaps {x} of endpoint '{}': every address must belong to one endpoint",
                         endpoints[b].id, endpoints[a].id
@@ -699,7 +778,7 @@ impl<'a> Loader<'a> {
                     .iter()
                     .find(|h| endpoints[b].hosts.contains(h))
                 {
-                    let (span, path) = endpoint_spans[b].clone();
+                    let (span, path) = spans[b].clone();
                     self.err(
                         span,
                         &join(&path, "hosts"),
@@ -711,25 +790,10 @@ impl<'a> Loader<'a> {
                 }
             }
         }
-        let endpoint_by_id: HashMap<String, usize> = endpoints
-            .iter()
-            .enumerate()
-            .map(|(i, e)| (e.id.clone(), i))
-            .collect();
-        let mut endpoint_by_host: HashMap<String, usize> = HashMap::new();
-        for (i, e) in endpoints.iter().enumerate() {
-            for h in &e.hosts {
-                endpoint_by_host.entry(h.clone()).or_insert(i);
-            }
-        }
+    }
 
-        // [[rules]]
-        let ctx = RuleCtx {
-            class_by_name: &class_by_name,
-            groups: &groups,
-            tenant_by_id: &tenant_by_id,
-            endpoint_by_id: &endpoint_by_id,
-        };
+    /// `[[rules]]`: the valid rules with distinct ids (at most [`MAX_RULES`] are read).
+    fn rules(&mut self, root: &dyn TableLike, ctx: &RuleCtx<'_>) -> Vec<Rule> {
         let mut rules: Vec<Rule> = Vec::new();
         let rule_tables = self.get_table_array(root, "rules");
         if rule_tables.len() > MAX_RULES {
@@ -740,7 +804,7 @@ impl<'a> Loader<'a> {
             );
         }
         for (i, (t, span)) in rule_tables.into_iter().take(MAX_RULES).enumerate() {
-            if let Some(rule) = self.rule(&ctx, i, t, span) {
+            if let Some(rule) = self.rule(ctx, i, t, span) {
                 if rules.iter().any(|r| r.id == rule.id) {
                     let line = rule.line;
                     self.errors.push(LoadError {
@@ -754,35 +818,7 @@ impl<'a> Loader<'a> {
                 rules.push(rule);
             }
         }
-
-        let nclasses = classifications.len().min(MAX_CLASSIFICATIONS);
-        let index = self.build_index(&rules, nclasses, &classifications, &tenants);
-
-        if !self.errors.is_empty() {
-            self.errors.sort_by_key(|e| (e.line == 0, e.line, e.column));
-            return Err(self.errors);
-        }
-        let digest = PolicyDigest::of(self.text.as_bytes());
-        Ok(Policy {
-            name,
-            version,
-            description,
-            classifications,
-            groups,
-            tenants,
-            endpoints,
-            rules,
-            digest,
-            digest_text: digest.to_string(),
-            index: Index {
-                nclasses,
-                class_by_name,
-                tenant_by_id,
-                endpoint_by_id,
-                endpoint_by_host,
-                ..index
-            },
-        })
+        rules
     }
 
     fn name_ok(&mut self, s: &Located<String>, what: &str) -> bool {
@@ -826,6 +862,8 @@ impl<'a> Loader<'a> {
         }
     }
 
+    /// One `[[rules]]` table. Each part reports its own errors; the rule is built only if
+    /// none of them found one (so a broken rule never half-applies).
     fn rule(
         &mut self,
         ctx: &RuleCtx<'_>,
@@ -863,10 +901,41 @@ impl<'a> Loader<'a> {
             .get_str(t, &span, &path, "description", false)
             .map(|d| d.value)
             .unwrap_or_default();
+        let actions = self.rule_actions(t, &span, &path);
+        let classes = self.rule_classes(ctx, t, &span, &path);
+        let tenants = self.rule_tenants(ctx, t, &span, &path);
+        let allow = self.rule_allow_in(ctx, t, &span, &path, tenants.is_some());
+        let mode = self.rule_mode(t, &span, &path);
+        let exempt = self.rule_exemptions(ctx, t, &span, &path, actions);
+        let node = self.node_requirements(t, &path, actions);
+        let clearance = self.operator_requirements(ctx, t, &path, actions);
 
-        // actions
+        if self.errors.len() > errors_before {
+            return None;
+        }
+        let classes = classes?;
+        let id = id?;
+        Some(Rule {
+            line: self.line_of(&span),
+            id: id.value,
+            description,
+            actions,
+            classes,
+            tenants,
+            allow: allow.set,
+            allow_home: allow.home,
+            allow_text: allow.text,
+            node,
+            clearance,
+            exempt,
+            mode,
+        })
+    }
+
+    /// A rule's `actions`, as a bit set over [`Action::index`].
+    fn rule_actions(&mut self, t: &dyn TableLike, span: &Option<Range<usize>>, path: &str) -> u8 {
         let mut actions = 0u8;
-        if let Some(list) = self.get_str_list(t, &span, &path, "actions", true) {
+        if let Some(list) = self.get_str_list(t, span, path, "actions", true) {
             if list.value.is_empty() {
                 self.err(
                     list.span.clone(),
@@ -888,16 +957,25 @@ impl<'a> Loader<'a> {
                 }
             }
         }
+        actions
+    }
 
-        // classifications
-        let exact = self.get_str(t, &span, &path, "classification", false);
-        let set = self.get_str_list(t, &span, &path, "classifications", false);
-        let lo = self.get_str(t, &span, &path, "classification_at_least", false);
-        let hi = self.get_str(t, &span, &path, "classification_at_most", false);
+    /// A rule's classifications, as a bit set over their ranks; `None` when they are missing,
+    /// ambiguous or unknown. Exactly one of three forms: `classification`, `classifications`,
+    /// or a range `classification_at_least`/`_at_most`.
+    fn rule_classes(
+        &mut self,
+        ctx: &RuleCtx<'_>,
+        t: &dyn TableLike,
+        span: &Option<Range<usize>>,
+        path: &str,
+    ) -> Option<u64> {
+        let exact = self.get_str(t, span, path, "classification", false);
+        let set = self.get_str_list(t, span, path, "classifications", false);
+        let lo = self.get_str(t, span, path, "classification_at_least", false);
+        let hi = self.get_str(t, span, path, "classification_at_most", false);
         let forms =
             exact.is_some() as u8 + set.is_some() as u8 + (lo.is_some() || hi.is_some()) as u8;
-        let mut classes = 0u64;
-        let mut class_ok = true;
         if forms == 0 {
             let present = [
                 "classification",
@@ -910,24 +988,22 @@ impl<'a> Loader<'a> {
             if !present {
                 self.err(
                     span.clone(),
-                    &path,
+                    path,
                     "missing classification: give classification, classifications, or classification_at_least/_at_most",
                 );
             }
-            class_ok = false;
+            None
         } else if forms > 1 {
             self.err(
                 span.clone(),
-                &path,
+                path,
                 "give only one of classification, classifications, or classification_at_least/_at_most",
             );
-            class_ok = false;
+            None
         } else if let Some(c) = &exact {
-            match self.class(ctx, c) {
-                Some(ix) => classes = 1 << ix,
-                None => class_ok = false,
-            }
+            self.class(ctx, c).map(|ix| 1 << ix)
         } else if let Some(list) = &set {
+            let mut class_ok = true;
             if list.value.is_empty() {
                 self.err(
                     list.span.clone(),
@@ -936,269 +1012,307 @@ impl<'a> Loader<'a> {
                 );
                 class_ok = false;
             }
+            let mut classes = 0u64;
             for c in &list.value {
                 match self.class(ctx, c) {
                     Some(ix) => classes |= 1 << ix,
                     None => class_ok = false,
                 }
             }
+            class_ok.then_some(classes)
         } else {
-            let n = ctx.class_by_name.len();
-            let lo_ix = match &lo {
-                Some(c) => self.class(ctx, c),
-                None => Some(0),
-            };
-            let hi_ix = match &hi {
-                Some(c) => self.class(ctx, c),
-                None => Some(n.saturating_sub(1) as u8),
-            };
-            match (lo_ix, hi_ix) {
-                (Some(l), Some(h)) if l <= h => {
-                    for ix in l..=h {
-                        classes |= 1 << ix;
+            self.class_range(ctx, path, &lo, &hi)
+        }
+    }
+
+    /// The classifications from `lo` to `hi` inclusive (a missing end is the lowest or the
+    /// highest); `None` when an end is unknown or the range is empty.
+    fn class_range(
+        &mut self,
+        ctx: &RuleCtx<'_>,
+        path: &str,
+        lo: &Option<Located<String>>,
+        hi: &Option<Located<String>>,
+    ) -> Option<u64> {
+        let n = ctx.class_by_name.len();
+        let lo_ix = match lo {
+            Some(c) => self.class(ctx, c),
+            None => Some(0),
+        };
+        let hi_ix = match hi {
+            Some(c) => self.class(ctx, c),
+            None => Some(n.saturating_sub(1) as u8),
+        };
+        match (lo_ix, hi_ix) {
+            (Some(l), Some(h)) if l <= h => Some((l..=h).fold(0u64, |set, ix| set | 1 << ix)),
+            (Some(_), Some(_)) => {
+                let span_at = hi_span(lo, hi);
+                let (lo, hi) = (
+                    lo.as_ref().map(|x| x.value.as_str()).unwrap_or(""),
+                    hi.as_ref().map(|x| x.value.as_str()).unwrap_or(""),
+                );
+                self.err(
+                    span_at,
+                    path,
+                    format!("rule can never match: classification_at_least '{lo}' is above classification_at_most '{hi}'"),
+                );
+                None
+            }
+            _ => None,
+        }
+    }
+
+    /// A rule's `tenants` (declared ones only, without repeats); `None` when absent, meaning
+    /// every tenant.
+    fn rule_tenants(
+        &mut self,
+        ctx: &RuleCtx<'_>,
+        t: &dyn TableLike,
+        span: &Option<Range<usize>>,
+        path: &str,
+    ) -> Option<Vec<String>> {
+        let list = self.get_str_list(t, span, path, "tenants", false)?;
+        if list.value.is_empty() {
+            self.err(
+                list.span.clone(),
+                &list.field,
+                "rule can never match: tenants is empty (omit it to apply to every tenant)",
+            );
+        }
+        Some(
+            self.declared_ids(&list.value, "tenant", "[[tenants]]", |id| {
+                ctx.tenant_by_id.contains_key(id)
+            }),
+        )
+    }
+
+    /// A rule's `allow_in`: jurisdiction codes, group names (expanded), `*` (anywhere) and
+    /// `home` (the tenant's home jurisdiction). `names_tenants` says whether the rule lists
+    /// its tenants, without which `home` needs declared tenants.
+    fn rule_allow_in(
+        &mut self,
+        ctx: &RuleCtx<'_>,
+        t: &dyn TableLike,
+        span: &Option<Range<usize>>,
+        path: &str,
+        names_tenants: bool,
+    ) -> AllowIn {
+        let mut allow = AllowIn::default();
+        let Some(list) = self.get_str_list(t, span, path, "allow_in", true) else {
+            return allow;
+        };
+        let mut any = false;
+        let mut members = Vec::new();
+        let mut words = Vec::new();
+        for s in &list.value {
+            if s.value != "home" {
+                words.push(s.value.clone());
+            }
+            if s.value == "*" {
+                any = true;
+            } else if s.value == "home" {
+                allow.home = true;
+            } else if is_group_name(&s.value) {
+                match ctx.groups.get(&s.value) {
+                    Some(g) => members.extend(g.iter().copied()),
+                    None => {
+                        let hint = uppercase_hint(&s.value)
+                            .map(|u| {
+                                format!("; if you meant the jurisdiction, codes are uppercase: {u}")
+                            })
+                            .unwrap_or_default();
+                        self.err(
+                            s.span.clone(),
+                            &s.field,
+                            format!(
+                                "unknown group '{}' (define it under [groups]{hint})",
+                                s.value
+                            ),
+                        )
                     }
                 }
-                (Some(_), Some(_)) => {
-                    let span_at = hi_span(&lo, &hi);
-                    let (lo, hi) = (
-                        lo.as_ref().map(|x| x.value.as_str()).unwrap_or(""),
-                        hi.as_ref().map(|x| x.value.as_str()).unwrap_or(""),
-                    );
-                    self.err(
-                        span_at,
-                        &path,
-                        format!("rule can never match: classification_at_least '{lo}' is above classification_at_most '{hi}'"),
-                    );
-                    class_ok = false;
-                }
-                _ => class_ok = false,
+            } else if let Some(j) = self.jurisdiction(s) {
+                members.push(j);
             }
         }
+        if any && list.value.len() > 1 {
+            self.err(
+                list.span.clone(),
+                &list.field,
+                "'*' already means anywhere: list nothing else with it",
+            );
+        }
+        allow.set = if any {
+            JurisdictionSet::anywhere()
+        } else {
+            JurisdictionSet::from_members(members)
+        };
+        allow.text = if words.is_empty() {
+            if allow.home {
+                String::new()
+            } else {
+                "nowhere".to_string()
+            }
+        } else if any {
+            "anywhere".to_string()
+        } else {
+            words.join(", ")
+        };
+        if allow.home && !names_tenants && ctx.tenant_by_id.is_empty() {
+            self.err(
+                list.span.clone(),
+                &list.field,
+                "'home' needs declared tenants ([[tenants]] with home = ...)",
+            );
+        }
+        allow
+    }
 
-        // tenants
-        let mut tenants = None;
-        if let Some(list) = self.get_str_list(t, &span, &path, "tenants", false) {
+    /// A rule's `mode` (default: enforce).
+    fn rule_mode(&mut self, t: &dyn TableLike, span: &Option<Range<usize>>, path: &str) -> Mode {
+        let Some(m) = self.get_str(t, span, path, "mode", false) else {
+            return Mode::Enforce;
+        };
+        match m.value.as_str() {
+            "enforce" => Mode::Enforce,
+            "audit" => Mode::Audit,
+            other => {
+                self.err(
+                    m.span,
+                    &m.field,
+                    format!("unknown mode '{other}' (expected enforce or audit)"),
+                );
+                Mode::Enforce
+            }
+        }
+    }
+
+    /// A rule's `exempt_endpoints` (declared ones only, sorted, without repeats); only
+    /// meaningful for a rule that covers egress.
+    fn rule_exemptions(
+        &mut self,
+        ctx: &RuleCtx<'_>,
+        t: &dyn TableLike,
+        span: &Option<Range<usize>>,
+        path: &str,
+        actions: u8,
+    ) -> Vec<String> {
+        let Some(list) = self.get_str_list(t, span, path, "exempt_endpoints", false) else {
+            return Vec::new();
+        };
+        if actions & (1 << Action::Egress.index()) == 0 {
+            self.err(
+                list.span.clone(),
+                &list.field,
+                "exemptions apply to egress only, and this rule does not cover egress",
+            );
+        }
+        let mut exempt = self.declared_ids(&list.value, "endpoint", "[[endpoints]]", |id| {
+            ctx.endpoint_by_id.contains_key(id)
+        });
+        exempt.sort();
+        exempt
+    }
+
+    /// A rule's `[rules.node]` table: what a node must prove before it may hold the data;
+    /// only meaningful for a rule that covers place or store.
+    fn node_requirements(
+        &mut self,
+        t: &dyn TableLike,
+        path: &str,
+        actions: u8,
+    ) -> NodeRequirements {
+        let mut node = NodeRequirements::default();
+        let Some((nt, nspan)) = self.get_table(t, path, "node") else {
+            return node;
+        };
+        let npath = join(path, "node");
+        self.check_keys(
+            nt,
+            nspan.clone(),
+            &npath,
+            &[
+                "attestation",
+                "max_evidence_age",
+                "confidential_computing",
+                "min_image_version",
+                "facilities",
+            ],
+        );
+        let place_or_store = (1 << Action::Place.index()) | (1 << Action::Store.index());
+        if actions & place_or_store == 0 {
+            self.err(
+                nspan.clone(),
+                &npath,
+                "node requirements apply to place and store only, and this rule covers neither",
+            );
+        }
+        if let Some(a) = self.get_str(nt, &nspan, &npath, "attestation", false) {
+            match AttestationStatus::from_name(&a.value) {
+                Some(s) => node.attestation = Some(s),
+                None => self.err(a.span, &a.field, format!("unknown attestation status '{}' (expected affirming, warning, none or contraindicated)", a.value)),
+            }
+        }
+        if let Some(a) = self.get_str(nt, &nspan, &npath, "max_evidence_age", false) {
+            match parse_duration(&a.value) {
+                Some(s) => node.max_evidence_age = Some((s, a.value.clone())),
+                None => self.err(
+                    a.span,
+                    &a.field,
+                    format!("'{}' is not a duration (e.g. 90s, 15m, 24h, 7d)", a.value),
+                ),
+            }
+        }
+        if let Some(b) = self.get_bool(nt, &npath, "confidential_computing") {
+            node.confidential_computing = b.value;
+        }
+        if let Some(v) = self.get_str(nt, &nspan, &npath, "min_image_version", false) {
+            match Version::parse(&v.value) {
+                Some(ver) => node.min_image_version = Some((ver, v.value.clone())),
+                None => self.err(
+                    v.span,
+                    &v.field,
+                    format!("'{}' is not a dotted numeric version (e.g. 1.4.0)", v.value),
+                ),
+            }
+        }
+        if let Some(list) = self.get_str_list(nt, &nspan, &npath, "facilities", false) {
             if list.value.is_empty() {
                 self.err(
                     list.span.clone(),
                     &list.field,
-                    "rule can never match: tenants is empty (omit it to apply to every tenant)",
+                    "rule can never be satisfied: facilities is empty",
                 );
             }
-            tenants = Some(
-                self.declared_ids(&list.value, "tenant", "[[tenants]]", |id| {
-                    ctx.tenant_by_id.contains_key(id)
-                }),
-            );
+            let mut f: Vec<String> = list.value.iter().map(|x| x.value.clone()).collect();
+            f.sort();
+            f.dedup();
+            node.facilities = Some(f);
         }
+        node
+    }
 
-        // allow_in
-        let mut allow_home = false;
-        let mut allow = JurisdictionSet::default();
-        let mut allow_text = String::new();
-        if let Some(list) = self.get_str_list(t, &span, &path, "allow_in", true) {
-            let mut any = false;
-            let mut members = Vec::new();
-            let mut words = Vec::new();
-            for s in &list.value {
-                if s.value != "home" {
-                    words.push(s.value.clone());
-                }
-                if s.value == "*" {
-                    any = true;
-                } else if s.value == "home" {
-                    allow_home = true;
-                } else if is_group_name(&s.value) {
-                    match ctx.groups.get(&s.value) {
-                        Some(g) => members.extend(g.iter().copied()),
-                        None => {
-                            let hint = uppercase_hint(&s.value)
-                                .map(|u| {
-                                    format!(
-                                        "; if you meant the jurisdiction, codes are uppercase: {u}"
-                                    )
-                                })
-                                .unwrap_or_default();
-                            self.err(
-                                s.span.clone(),
-                                &s.field,
-                                format!(
-                                    "unknown group '{}' (define it under [groups]{hint})",
-                                    s.value
-                                ),
-                            )
-                        }
-                    }
-                } else if let Some(j) = self.jurisdiction(s) {
-                    members.push(j);
-                }
-            }
-            if any && list.value.len() > 1 {
-                self.err(
-                    list.span.clone(),
-                    &list.field,
-                    "'*' already means anywhere: list nothing else with it",
-                );
-            }
-            allow = if any {
-                JurisdictionSet::anywhere()
-            } else {
-                JurisdictionSet::from_members(members)
-            };
-            allow_text = if words.is_empty() {
-                if allow_home {
-                    String::new()
-                } else {
-                    "nowhere".to_string()
-                }
-            } else if any {
-                "anywhere".to_string()
-            } else {
-                words.join(", ")
-            };
-            if allow_home && tenants.is_none() && ctx.tenant_by_id.is_empty() {
-                self.err(
-                    list.span.clone(),
-                    &list.field,
-                    "'home' needs declared tenants ([[tenants]] with home = ...)",
-                );
-            }
+    /// A rule's `[rules.operator]` table: the clearance an operator needs; only meaningful
+    /// for a rule that covers operator-access.
+    fn operator_requirements(
+        &mut self,
+        ctx: &RuleCtx<'_>,
+        t: &dyn TableLike,
+        path: &str,
+        actions: u8,
+    ) -> Option<ClearanceRequirement> {
+        let (ot, ospan) = self.get_table(t, path, "operator")?;
+        let opath = join(path, "operator");
+        self.check_keys(ot, ospan.clone(), &opath, &["min_clearance"]);
+        if actions & (1 << Action::OperatorAccess.index()) == 0 {
+            self.err(ospan.clone(), &opath, "operator requirements apply to operator-access only, and this rule does not cover it");
         }
-
-        // mode
-        let mut mode = Mode::Enforce;
-        if let Some(m) = self.get_str(t, &span, &path, "mode", false) {
-            match m.value.as_str() {
-                "enforce" => mode = Mode::Enforce,
-                "audit" => mode = Mode::Audit,
-                other => self.err(
-                    m.span,
-                    &m.field,
-                    format!("unknown mode '{other}' (expected enforce or audit)"),
-                ),
-            }
+        let c = self.get_str(ot, &ospan, &opath, "min_clearance", false)?;
+        if c.value == "data" {
+            Some(ClearanceRequirement::Data)
+        } else {
+            self.class(ctx, &c).map(ClearanceRequirement::AtLeast)
         }
-
-        // exemptions
-        let mut exempt = Vec::new();
-        if let Some(list) = self.get_str_list(t, &span, &path, "exempt_endpoints", false) {
-            if actions & (1 << Action::Egress.index()) == 0 {
-                self.err(
-                    list.span.clone(),
-                    &list.field,
-                    "exemptions apply to egress only, and this rule does not cover egress",
-                );
-            }
-            exempt = self.declared_ids(&list.value, "endpoint", "[[endpoints]]", |id| {
-                ctx.endpoint_by_id.contains_key(id)
-            });
-            exempt.sort();
-        }
-
-        // node requirements
-        let mut node = NodeRequirements::default();
-        if let Some((nt, nspan)) = self.get_table(t, &path, "node") {
-            let npath = join(&path, "node");
-            self.check_keys(
-                nt,
-                nspan.clone(),
-                &npath,
-                &[
-                    "attestation",
-                    "max_evidence_age",
-                    "confidential_computing",
-                    "min_image_version",
-                    "facilities",
-                ],
-            );
-            let place_or_store = (1 << Action::Place.index()) | (1 << Action::Store.index());
-            if actions & place_or_store == 0 {
-                self.err(
-                    nspan.clone(),
-                    &npath,
-                    "node requirements apply to place and store only, and this rule covers neither",
-                );
-            }
-            if let Some(a) = self.get_str(nt, &nspan, &npath, "attestation", false) {
-                match AttestationStatus::from_name(&a.value) {
-                    Some(s) => node.attestation = Some(s),
-                    None => self.err(a.span, &a.field, format!("unknown attestation status '{}' (expected affirming, warning, none or contraindicated)", a.value)),
-                }
-            }
-            if let Some(a) = self.get_str(nt, &nspan, &npath, "max_evidence_age", false) {
-                match parse_duration(&a.value) {
-                    Some(s) => node.max_evidence_age = Some((s, a.value.clone())),
-                    None => self.err(
-                        a.span,
-                        &a.field,
-                        format!("'{}' is not a duration (e.g. 90s, 15m, 24h, 7d)", a.value),
-                    ),
-                }
-            }
-            if let Some(b) = self.get_bool(nt, &npath, "confidential_computing") {
-                node.confidential_computing = b.value;
-            }
-            if let Some(v) = self.get_str(nt, &nspan, &npath, "min_image_version", false) {
-                match Version::parse(&v.value) {
-                    Some(ver) => node.min_image_version = Some((ver, v.value.clone())),
-                    None => self.err(
-                        v.span,
-                        &v.field,
-                        format!("'{}' is not a dotted numeric version (e.g. 1.4.0)", v.value),
-                    ),
-                }
-            }
-            if let Some(list) = self.get_str_list(nt, &nspan, &npath, "facilities", false) {
-                if list.value.is_empty() {
-                    self.err(
-                        list.span.clone(),
-                        &list.field,
-                        "rule can never be satisfied: facilities is empty",
-                    );
-                }
-                let mut f: Vec<String> = list.value.iter().map(|x| x.value.clone()).collect();
-                f.sort();
-                f.dedup();
-                node.facilities = Some(f);
-            }
-        }
-
-        // operator requirements
-        let mut clearance = None;
-        if let Some((ot, ospan)) = self.get_table(t, &path, "operator") {
-            let opath = join(&path, "operator");
-            self.check_keys(ot, ospan.clone(), &opath, &["min_clearance"]);
-            if actions & (1 << Action::OperatorAccess.index()) == 0 {
-                self.err(ospan.clone(), &opath, "operator requirements apply to operator-access only, and this rule does not cover it");
-            }
-            if let Some(c) = self.get_str(ot, &ospan, &opath, "min_clearance", false) {
-                if c.value == "data" {
-                    clearance = Some(ClearanceRequirement::Data);
-                } else if let Some(ix) = self.class(ctx, &c) {
-                    clearance = Some(ClearanceRequirement::AtLeast(ix));
-                }
-            }
-        }
-
-        if self.errors.len() > errors_before || !class_ok {
-            return None;
-        }
-        let id = id?;
-        Some(Rule {
-            line: self.line_of(&span),
-            id: id.value,
-            description,
-            actions,
-            classes,
-            tenants,
-            allow,
-            allow_home,
-            allow_text,
-            node,
-            clearance,
-            exempt,
-            mode,
-        })
     }
 
     /// Builds the (action, classification) index and rejects overlapping rules that disagree.
@@ -1291,6 +1405,42 @@ struct RuleCtx<'a> {
     groups: &'a BTreeMap<String, Vec<Jurisdiction>>,
     tenant_by_id: &'a HashMap<String, usize>,
     endpoint_by_id: &'a HashMap<String, usize>,
+}
+
+/// Where a rule allows data: what `allow_in` lists, in the forms decisions need.
+#[derive(Default)]
+struct AllowIn {
+    /// The listed places (groups expanded), or anywhere.
+    set: JurisdictionSet,
+    /// `home` is listed: the tenant's own jurisdiction is allowed too.
+    home: bool,
+    /// The list as reasons quote it ("nowhere", "anywhere", or the names as written).
+    text: String,
+}
+
+/// What `[policy]` says about the policy itself.
+#[derive(Default)]
+struct Header {
+    name: String,
+    description: String,
+    version: u64,
+}
+
+/// The endpoint lookups decisions use: position by id, and by host name (a host listed twice
+/// is an error reported elsewhere; the first endpoint keeps it).
+fn endpoint_lookups(endpoints: &[Endpoint]) -> (HashMap<String, usize>, HashMap<String, usize>) {
+    let endpoint_by_id: HashMap<String, usize> = endpoints
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (e.id.clone(), i))
+        .collect();
+    let mut endpoint_by_host: HashMap<String, usize> = HashMap::new();
+    for (i, e) in endpoints.iter().enumerate() {
+        for h in &e.hosts {
+            endpoint_by_host.entry(h.clone()).or_insert(i);
+        }
+    }
+    (endpoint_by_id, endpoint_by_host)
 }
 
 /// What two rules that both speak for `action` disagree on, if anything. Only the parts that

@@ -49,16 +49,50 @@ pub struct Node {
     pub facility: String,
     /// Attestation status.
     pub attestation: AttestationStatus,
-    /// Age of the attestation evidence in seconds; `u64::MAX` when there is none (reasons
-    /// then say "unknown (no evidence)").
-    pub evidence_age_s: u64,
+    /// Age of the attestation evidence in seconds; `None` when there is none, which never
+    /// satisfies `max_evidence_age` (reasons then say "unknown (no evidence)").
+    ///
+    /// JSON: a number, or absent/`null` for none. The sentinel `18446744073709551615`
+    /// (`u64::MAX`) that earlier request files used for "no evidence" still reads as `None`.
+    #[serde(
+        default,
+        deserialize_with = "legacy::evidence_age",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub evidence_age_s: Option<u64>,
     /// Confidential-computing mode is on.
     #[serde(default)]
     pub cc_mode: bool,
-    /// Version of the node image; empty when none is attested (never satisfies
-    /// `min_image_version`).
-    #[serde(default)]
-    pub image_version: String,
+    /// Version of the node image as attested; `None` when no attestation vouches for one,
+    /// which never satisfies `min_image_version` (reasons then say "unknown (none
+    /// attested)"). A version that does not parse (`Some("")` included) never satisfies it
+    /// either, and is quoted in the reason.
+    ///
+    /// JSON: a string, or absent/`null` for none. The empty string that earlier request
+    /// files used for "none attested" still reads as `None`.
+    #[serde(
+        default,
+        deserialize_with = "legacy::image_version",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub image_version: Option<String>,
+}
+
+/// The wire form of [`Node`]'s optional facts: before they were `Option`s, "none" was spelled
+/// with a sentinel (`u64::MAX` seconds, an empty version). Request files written then must keep
+/// their meaning, so the sentinels still deserialize to `None`; nothing writes them any more.
+mod legacy {
+    use serde::{Deserialize, Deserializer};
+
+    pub(super) fn evidence_age<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        Ok(Option::<u64>::deserialize(d)?.filter(|&age| age != u64::MAX))
+    }
+
+    pub(super) fn image_version<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<String>, D::Error> {
+        Ok(Option::<String>::deserialize(d)?.filter(|v| !v.is_empty()))
+    }
 }
 
 /// Where an egress goes: a declared endpoint, an address, or a host name.
@@ -155,6 +189,50 @@ impl Request {
             Request::Store { artifact, .. } => artifact,
             Request::Egress { data, .. } => data,
             Request::OperatorAccess { resource, .. } => resource,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(facts: &str) -> Node {
+        let json =
+            format!(r#"{{"id": "n", "jurisdiction": "IN-TS", "attestation": "affirming"{facts}}}"#);
+        serde_json::from_str(&json).expect("node parses")
+    }
+
+    /// Absent, `null` and the old sentinels all mean "none"; real values are kept.
+    #[test]
+    fn missing_facts_read_as_none_in_every_spelling() {
+        for facts in [
+            "",
+            r#", "evidence_age_s": null, "image_version": null"#,
+            r#", "evidence_age_s": 18446744073709551615, "image_version": """#,
+        ] {
+            let n = node(facts);
+            assert_eq!((n.evidence_age_s, n.image_version), (None, None), "{facts}");
+        }
+        let n = node(r#", "evidence_age_s": 0, "image_version": "1.4.2""#);
+        assert_eq!(n.evidence_age_s, Some(0));
+        assert_eq!(n.image_version.as_deref(), Some("1.4.2"));
+    }
+
+    /// What is written reads back the same, and "none" is written by leaving the field out.
+    #[test]
+    fn nodes_round_trip_through_json() {
+        for n in [
+            node(""),
+            node(r#", "evidence_age_s": 60, "image_version": "2.0""#),
+        ] {
+            let json = serde_json::to_string(&n).expect("serializes");
+            assert_eq!(
+                json.contains("evidence_age_s"),
+                n.evidence_age_s.is_some(),
+                "{json}"
+            );
+            assert_eq!(serde_json::from_str::<Node>(&json).expect("parses"), n);
         }
     }
 }

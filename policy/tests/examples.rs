@@ -146,7 +146,7 @@ fn india_example_decisions() {
 
     // Audit mode: an old image on an internal workload is allowed but reported.
     let mut old = good_node("gpu-02", "IN-TS");
-    old.image_version = "1.4.9".into();
+    old.image_version = Some("1.4.9".into());
     let d = decide(&p, &place("vaani-speech", "logs", "internal", old));
     assert!(d.allowed);
     assert!(d.violation);

@@ -80,8 +80,8 @@ proptest! {
         let p = load(INDIA);
         let node = Node {
             id: "n".into(), jurisdiction: jur.clone(), facility: String::new(),
-            attestation: AttestationStatus::Warning, evidence_age_s: age, cc_mode: age % 2 == 0,
-            image_version: ver,
+            attestation: AttestationStatus::Warning, evidence_age_s: Some(age), cc_mode: age % 2 == 0,
+            image_version: Some(ver),
         };
         let data = Data::new("d", class);
         let reqs = [

@@ -116,17 +116,17 @@ facilities = ["hyd-1"]
     );
     let mut n = good_node("gpu-9", "IN-TS");
     n.facility = "hyd-1".into();
-    n.image_version = "2.1.0".into();
-    n.evidence_age_s = 3600;
+    n.image_version = Some("2.1.0".into());
+    n.evidence_age_s = Some(3600);
     assert!(decide(&p, &place("x", "d", "restricted", n.clone())).allowed);
     assert!(decide(&p, &store("x", "a", "restricted", n.clone())).allowed);
 
     let mut bad = n.clone();
     bad.jurisdiction = "US".into();
     bad.attestation = AttestationStatus::Warning;
-    bad.evidence_age_s = 3601;
+    bad.evidence_age_s = Some(3601);
     bad.cc_mode = false;
-    bad.image_version = "2.0.9".into();
+    bad.image_version = Some("2.0.9".into());
     bad.facility = "nyc-1".into();
     let d = decide(&p, &place("x", "d", "restricted", bad));
     assert!(!d.allowed);
@@ -156,8 +156,8 @@ facilities = ["hyd-1"]
 
     // A node with no attestation at all: the reasons say so instead of printing sentinels.
     let mut unattested = n.clone();
-    unattested.evidence_age_s = u64::MAX;
-    unattested.image_version = String::new();
+    unattested.evidence_age_s = None;
+    unattested.image_version = None;
     let d = decide(&p, &place("x", "d", "restricted", unattested));
     assert_eq!(
         sentences(&d),
@@ -171,10 +171,10 @@ facilities = ["hyd-1"]
     type Mutation = Box<dyn Fn(&mut policy::Node)>;
     let variants: Vec<Mutation> = vec![
         Box::new(|n| n.attestation = AttestationStatus::None),
-        Box::new(|n| n.evidence_age_s = 7200),
+        Box::new(|n| n.evidence_age_s = Some(7200)),
         Box::new(|n| n.cc_mode = false),
-        Box::new(|n| n.image_version = "2.0".into()),
-        Box::new(|n| n.image_version = "2.1.0-rc1".into()),
+        Box::new(|n| n.image_version = Some("2.0".into())),
+        Box::new(|n| n.image_version = Some("2.1.0-rc1".into())),
         Box::new(|n| n.facility = String::new()),
         Box::new(|n| n.jurisdiction = "in".into()),
     ];

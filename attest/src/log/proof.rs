@@ -15,28 +15,73 @@ use super::{node_hash, Hash};
 /// Why a proof was rejected. Every variant means "do not trust this statement".
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProofError {
+    /// The claimed leaf lies outside the tree, so no proof can place it there.
     #[error("leaf index {index} is not below tree size {size}")]
-    IndexOutOfRange { index: u64, size: u64 },
+    IndexOutOfRange {
+        /// Claimed leaf index.
+        index: u64,
+        /// Tree size the proof is against.
+        size: u64,
+    },
+    /// The proof length is fixed by index and sizes; checking it first means a padded or
+    /// truncated proof is refused before any hashing.
     #[error("proof has {actual} hashes but a proof for this position needs exactly {expected}")]
-    WrongProofLength { expected: usize, actual: usize },
+    WrongProofLength {
+        /// Length the position requires.
+        expected: usize,
+        /// Length supplied.
+        actual: usize,
+    },
+    /// The leaf hash is not a SHA-256 output.
     #[error("leaf hash is {len} bytes, expected 32")]
-    LeafHashLength { len: usize },
+    LeafHashLength {
+        /// Length supplied.
+        len: usize,
+    },
+    /// A proof element is not a SHA-256 output.
     #[error("proof hash #{position} is {len} bytes, expected 32")]
-    ProofHashLength { position: usize, len: usize },
+    ProofHashLength {
+        /// 0-based position in the proof.
+        position: usize,
+        /// Length supplied.
+        len: usize,
+    },
+    /// A root to check against is not a SHA-256 output.
     #[error("root hash is {len} bytes, expected 32")]
-    RootLength { len: usize },
+    RootLength {
+        /// Length supplied.
+        len: usize,
+    },
+    /// The inclusion proof is well-formed but computes a different root: the leaf is not in
+    /// the tree the root commits to (or the proof was altered).
     #[error("proof does not lead to the claimed root")]
     RootMismatch,
+    /// The proof does not rebuild the earlier tree head: the log cannot show it only appended.
     #[error("consistency proof does not reproduce the old root")]
     OldRootMismatch,
+    /// The proof does not rebuild the later tree head: the log cannot show it only appended.
     #[error("consistency proof does not reproduce the new root")]
     NewRootMismatch,
+    /// An append-only log never shrinks, so "consistency" from a larger to a smaller tree is
+    /// meaningless.
     #[error("old tree size {size1} is larger than new tree size {size2}")]
-    SizesReversed { size1: u64, size2: u64 },
+    SizesReversed {
+        /// The supposedly older size.
+        size1: u64,
+        /// The supposedly newer size.
+        size2: u64,
+    },
+    /// Every tree extends the empty tree, so such a proof would vouch for nothing; refusing
+    /// it keeps callers from mistaking it for a check.
     #[error("a consistency proof from the empty tree proves nothing")]
     EmptyOldTree,
+    /// Equal sizes are consistent only with byte-identical roots and an empty proof; extra
+    /// hashes are refused rather than ignored.
     #[error("sizes are equal, so the proof must be empty, but it has {len} hashes")]
-    NonEmptyProofForEqualSizes { len: usize },
+    NonEmptyProofForEqualSizes {
+        /// Number of hashes supplied.
+        len: usize,
+    },
 }
 
 /// Number of hashes in an inclusion proof for leaf `index` in a tree of `size` leaves

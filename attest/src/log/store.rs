@@ -8,7 +8,9 @@ use std::convert::Infallible;
 /// (`level`, `index`) covers leaves `[index << level, (index + 1) << level)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct NodeId {
+    /// Height above the leaves (0 = a leaf hash); at most 63, since sizes are `u64`.
     pub level: u8,
+    /// Position among the complete subtrees of this level, left to right.
     pub index: u64,
 }
 
@@ -60,6 +62,7 @@ pub struct MemStore {
 }
 
 impl MemStore {
+    /// An empty log store (size 0).
     pub fn new() -> Self {
         Self::default()
     }

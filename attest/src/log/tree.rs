@@ -18,13 +18,32 @@ pub enum LogError {
     /// The store claims a size but lacks a leaf below it.
     #[error("log store is corrupt: leaf {0} is missing")]
     MissingLeaf(u64),
+    /// A proof or leaf was asked for past the end of the log.
     #[error("leaf index {index} is not below tree size {size}")]
-    IndexOutOfRange { index: u64, size: u64 },
+    IndexOutOfRange {
+        /// Requested leaf index.
+        index: u64,
+        /// Current log size.
+        size: u64,
+    },
+    /// A proof against a tree size the log has not reached yet was asked for; the log never
+    /// vouches for a future head.
     #[error("tree size {requested} is larger than the log ({size} leaves)")]
-    SizeOutOfRange { requested: u64, size: u64 },
+    SizeOutOfRange {
+        /// Requested tree size.
+        requested: u64,
+        /// Current log size.
+        size: u64,
+    },
     /// Consistency proofs need `0 < size1 <= size2`: from the empty tree they prove nothing.
     #[error("a consistency proof needs 0 < size1 <= size2, got size1 {size1}, size2 {size2}")]
-    InvalidSizes { size1: u64, size2: u64 },
+    InvalidSizes {
+        /// Older tree size.
+        size1: u64,
+        /// Newer tree size.
+        size2: u64,
+    },
+    /// An append would overflow the 64-bit leaf count.
     #[error(transparent)]
     TreeFull(#[from] TreeFull),
 }

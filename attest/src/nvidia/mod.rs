@@ -1,5 +1,6 @@
 //! NVIDIA GPU attestation: the SPDM measurement report ([`spdm`]), the device certificate
-//! chain ([`chain`]), and a builder of report-shaped test data for simulators ([`sim`]).
+//! chain ([`chain`]), and — with the `sim` feature only — a builder of report-shaped test data
+//! for simulators (`sim`).
 //!
 //! [`verify_report`] ties them together in the order a relying party must apply them: the
 //! chain up to a configured NVIDIA root, the report signature with the leaf key, the leaf's
@@ -7,6 +8,9 @@
 //! derived for this GPU.
 
 pub mod chain;
+// Signs with throw-away keys: test and simulator data only, so it is not part of a production
+// build unless something (fake-nvml, attest's own tests) asks for it.
+#[cfg(feature = "sim")]
 pub mod sim;
 pub mod spdm;
 

@@ -3,10 +3,10 @@
 
 use policy::{AttestationStatus, Data, Destination, Node, Operator, Policy, Request};
 
-pub const SEED: &str = include_str!("../../examples/seed-hyderabad.toml");
-pub const INDIA: &str = include_str!("../../examples/india-deployment.toml");
+pub(crate) const SEED: &str = include_str!("../../examples/seed-hyderabad.toml");
+pub(crate) const INDIA: &str = include_str!("../../examples/india-deployment.toml");
 
-pub fn load(text: &str) -> Policy {
+pub(crate) fn load(text: &str) -> Policy {
     match Policy::from_toml_str(text) {
         Ok(p) => p,
         Err(errs) => panic!(
@@ -20,19 +20,19 @@ pub fn load(text: &str) -> Policy {
 }
 
 /// A node that satisfies every requirement of the example policies, in `jur`.
-pub fn good_node(id: &str, jur: &str) -> Node {
+pub(crate) fn good_node(id: &str, jur: &str) -> Node {
     Node {
         id: id.into(),
         jurisdiction: jur.into(),
         facility: "hyd-gachibowli-1".into(),
         attestation: AttestationStatus::Affirming,
-        evidence_age_s: 600,
+        evidence_age_s: Some(600),
         cc_mode: true,
-        image_version: "1.5.2".into(),
+        image_version: Some("1.5.2".into()),
     }
 }
 
-pub fn place(tenant: &str, dataset: &str, class: &str, node: Node) -> Request {
+pub(crate) fn place(tenant: &str, dataset: &str, class: &str, node: Node) -> Request {
     Request::Place {
         tenant: tenant.into(),
         dataset: Data::new(dataset, class),
@@ -40,7 +40,7 @@ pub fn place(tenant: &str, dataset: &str, class: &str, node: Node) -> Request {
     }
 }
 
-pub fn store(tenant: &str, artifact: &str, class: &str, node: Node) -> Request {
+pub(crate) fn store(tenant: &str, artifact: &str, class: &str, node: Node) -> Request {
     Request::Store {
         tenant: tenant.into(),
         artifact: Data::new(artifact, class),
@@ -48,7 +48,7 @@ pub fn store(tenant: &str, artifact: &str, class: &str, node: Node) -> Request {
     }
 }
 
-pub fn egress(tenant: &str, class: &str, dest: Destination) -> Request {
+pub(crate) fn egress(tenant: &str, class: &str, dest: Destination) -> Request {
     Request::Egress {
         tenant: tenant.into(),
         data: Data::new("wl-1", class),
@@ -56,7 +56,7 @@ pub fn egress(tenant: &str, class: &str, dest: Destination) -> Request {
     }
 }
 
-pub fn operator(tenant: &str, class: &str, nationality: &str, clearance: &str) -> Request {
+pub(crate) fn operator(tenant: &str, class: &str, nationality: &str, clearance: &str) -> Request {
     Request::OperatorAccess {
         tenant: tenant.into(),
         resource: Data::new("res-1", class),
@@ -68,10 +68,10 @@ pub fn operator(tenant: &str, class: &str, nationality: &str, clearance: &str) -
     }
 }
 
-pub fn addr(s: &str) -> Destination {
+pub(crate) fn addr(s: &str) -> Destination {
     Destination::Address(s.parse().expect("test address"))
 }
 
-pub fn sentences(d: &policy::Decision) -> Vec<String> {
+pub(crate) fn sentences(d: &policy::Decision) -> Vec<String> {
     d.reasons.iter().map(|r| r.to_string()).collect()
 }
