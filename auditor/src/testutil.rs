@@ -13,13 +13,13 @@ use attest::receipt::Receipt;
 use std::fs;
 use std::path::PathBuf;
 
-pub const ORIGIN: &str = "node-1/usage";
+pub(crate) const ORIGIN: &str = "node-1/usage";
 
-pub fn signer() -> NoteSigner {
+pub(crate) fn signer() -> NoteSigner {
     NoteSigner::from_seed(ORIGIN, &[7; 32]).unwrap()
 }
 
-pub fn usage(id: u64, tenant: &str, gpu_ms: u64, rate: u64) -> Record {
+pub(crate) fn usage(id: u64, tenant: &str, gpu_ms: u64, rate: u64) -> Record {
     Record::Usage(UsageRecord {
         v: RECORD_VERSION,
         id,
@@ -44,7 +44,7 @@ pub fn usage(id: u64, tenant: &str, gpu_ms: u64, rate: u64) -> Record {
 }
 
 /// `n` usage records, tenants `a`, `b`, `c` in turn, one minute at ₹250/h each.
-pub fn leaves(n: u64) -> Vec<Vec<u8>> {
+pub(crate) fn leaves(n: u64) -> Vec<Vec<u8>> {
     (0..n)
         .map(|i| {
             usage(i, ["a", "b", "c"][i as usize % 3], 60_000, 25_000)
@@ -55,7 +55,7 @@ pub fn leaves(n: u64) -> Vec<Vec<u8>> {
 }
 
 /// The checkpoint of the tree of `leaves`, signed by `signer`.
-pub fn signed_checkpoint(leaves: &[Vec<u8>], signer: &NoteSigner) -> String {
+pub(crate) fn signed_checkpoint(leaves: &[Vec<u8>], signer: &NoteSigner) -> String {
     let log = Log::from_leaves(leaves).unwrap();
     sign_checkpoint(
         &Checkpoint {
@@ -70,7 +70,7 @@ pub fn signed_checkpoint(leaves: &[Vec<u8>], signer: &NoteSigner) -> String {
 }
 
 /// The receipt of record `index` in the tree of `leaves`.
-pub fn receipt(leaves: &[Vec<u8>], index: u64) -> String {
+pub(crate) fn receipt(leaves: &[Vec<u8>], index: u64) -> String {
     let log: Log<MemStore> = Log::from_leaves(leaves).unwrap();
     Receipt {
         index,
@@ -82,7 +82,7 @@ pub fn receipt(leaves: &[Vec<u8>], index: u64) -> String {
 }
 
 /// The consistency proof file from `old` leaves to all of `leaves`.
-pub fn consistency(leaves: &[Vec<u8>], old: u64) -> String {
+pub(crate) fn consistency(leaves: &[Vec<u8>], old: u64) -> String {
     let log: Log<MemStore> = Log::from_leaves(leaves).unwrap();
     let size = log.size();
     ConsistencyProof {
@@ -98,14 +98,14 @@ pub fn consistency(leaves: &[Vec<u8>], old: u64) -> String {
 }
 
 /// An export of `leaves` with receipts for `receipts`, and the auditor's options.
-pub struct Fx {
+pub(crate) struct Fx {
     pub tmp: tempfile::TempDir,
     pub leaves: Vec<Vec<u8>>,
     pub opts: VerifyOptions,
 }
 
 impl Fx {
-    pub fn new(n: u64, receipts: &[u64]) -> Self {
+    pub(crate) fn new(n: u64, receipts: &[u64]) -> Self {
         let tmp = tempfile::tempdir().unwrap();
         let leaves = leaves(n);
         let rs: Vec<(u64, String)> = receipts.iter().map(|&i| (i, receipt(&leaves, i))).collect();
@@ -128,20 +128,20 @@ impl Fx {
         Fx { tmp, leaves, opts }
     }
 
-    pub fn dir(&self) -> PathBuf {
+    pub(crate) fn dir(&self) -> PathBuf {
         self.tmp.path().join("exp")
     }
 
-    pub fn path(&self, name: &str) -> PathBuf {
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
         self.dir().join(name)
     }
 
-    pub fn write(&self, name: &str, text: impl AsRef<[u8]>) {
+    pub(crate) fn write(&self, name: &str, text: impl AsRef<[u8]>) {
         fs::write(self.path(name), text).unwrap();
     }
 
     /// Replaces the records file by these lines, each followed by `\n`.
-    pub fn write_records(&self, lines: &[Vec<u8>]) {
+    pub(crate) fn write_records(&self, lines: &[Vec<u8>]) {
         let mut text = Vec::new();
         for l in lines {
             text.extend_from_slice(l);
@@ -150,41 +150,41 @@ impl Fx {
         self.write(RECORDS_FILE, text);
     }
 
-    pub fn write_receipt(&self, id: u64, text: &str) {
+    pub(crate) fn write_receipt(&self, id: u64, text: &str) {
         let _ = fs::create_dir(self.path(crate::layout::RECEIPTS_DIR));
         self.write(&receipt_path(id), text);
     }
 
-    pub fn previous(&mut self, text: String) {
+    pub(crate) fn previous(&mut self, text: String) {
         self.opts.previous = Some(Supplied {
             name: "prev.checkpoint".into(),
             text,
         });
     }
 
-    pub fn proof(&mut self, text: String) {
+    pub(crate) fn proof(&mut self, text: String) {
         self.opts.consistency = Some(Supplied {
             name: "the.proof".into(),
             text,
         });
     }
 
-    pub fn run(&self) -> Result<VerifyReport, VerifyFailure> {
+    pub(crate) fn run(&self) -> Result<VerifyReport, VerifyFailure> {
         verify_export(&DirSource::open(self.dir()).unwrap(), &self.opts, |_, _| {})
     }
 
     /// The report, which must have exactly one problem.
-    pub fn one_problem(&self) -> crate::finding::Finding {
+    pub(crate) fn one_problem(&self) -> crate::finding::Finding {
         let r = self.run().unwrap();
         assert_eq!(r.problems.len(), 1, "{:#?}", r.problems);
         r.problems.into_iter().next().unwrap()
     }
 
-    pub fn fails(&self) -> crate::verify::VerifyError {
+    pub(crate) fn fails(&self) -> crate::verify::VerifyError {
         self.run().unwrap_err().error
     }
 
-    pub fn describe(&self, name: &str) -> String {
+    pub(crate) fn describe(&self, name: &str) -> String {
         self.dir().join(name).display().to_string()
     }
 }

@@ -75,8 +75,10 @@ pub struct Stats {
 /// The attestation facts residency rules are evaluated against.
 struct PolicyAttestation {
     status: policy::AttestationStatus,
-    age_s: u64,
-    image_version: String,
+    /// Seconds since the result was issued; `None` without a result.
+    age_s: Option<u64>,
+    /// The image version the verifier vouched for; `None` without one.
+    image_version: Option<String>,
 }
 
 /// A record's leaf bytes as the intent holds them. serde_json writes UTF-8, so this never
@@ -566,7 +568,7 @@ impl Node {
                 node_facility: &self.cfg.node.facility,
                 attestation: attested.status,
                 evidence_age_s: attested.age_s,
-                image_version: &attested.image_version,
+                image_version: attested.image_version.as_deref(),
                 cc_mode,
             })
             .map_err(NodeError::BadRequest)?;
@@ -904,13 +906,13 @@ impl Node {
     /// What the policy learns from the latest verified attestation result: its status, its
     /// age, and the image version the verifier vouched for. The version comes only from the
     /// result (the reference manifest that matched), never from the node's own say-so; with
-    /// no result it is empty, and rules with `min_image_version` deny.
+    /// no result it is `None`, and rules with `min_image_version` deny.
     fn attestation_for_policy(&self) -> PolicyAttestation {
         use policy::AttestationStatus as P;
         let none = PolicyAttestation {
             status: P::None,
-            age_s: u64::MAX,
-            image_version: String::new(),
+            age_s: None,
+            image_version: None,
         };
         let Some((_, r)) = self.latest_attestation() else {
             return none;
@@ -927,13 +929,8 @@ impl Node {
         };
         PolicyAttestation {
             status,
-            age_s: now - r.result.iat,
-            image_version: r
-                .result
-                .image
-                .as_ref()
-                .map(|i| i.version.clone())
-                .unwrap_or_default(),
+            age_s: Some(now - r.result.iat),
+            image_version: r.result.image.as_ref().map(|i| i.version.clone()),
         }
     }
 

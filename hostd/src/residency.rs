@@ -22,12 +22,12 @@ pub struct PlaceRequest<'a> {
     pub node_facility: &'a str,
     /// Status of the latest verified attestation result (`None` when there is none).
     pub attestation: policy::AttestationStatus,
-    /// Seconds since that result was issued (`u64::MAX` when there is none).
-    pub evidence_age_s: u64,
+    /// Seconds since that result was issued (`None` when there is none).
+    pub evidence_age_s: Option<u64>,
     /// Whether the GPUs the request would use run in confidential-computing mode.
     pub cc_mode: bool,
-    /// Image version vouched for by that result (empty when there is none).
-    pub image_version: &'a str,
+    /// Image version vouched for by that result (`None` when there is none).
+    pub image_version: Option<&'a str>,
 }
 
 /// The outcome, in the form the lease keeps and the API returns.
@@ -149,9 +149,9 @@ impl Residency {
                 jurisdiction: req.node_jurisdiction.to_string(),
                 facility: req.node_facility.to_string(),
                 attestation: req.attestation,
-                evidence_age_s: Some(req.evidence_age_s).filter(|&age| age != u64::MAX),
+                evidence_age_s: req.evidence_age_s,
                 cc_mode: req.cc_mode,
-                image_version: Some(req.image_version.to_string()).filter(|v| !v.is_empty()),
+                image_version: req.image_version.map(str::to_owned),
             },
         };
         let d = policy::decide(policy, &request);
@@ -216,9 +216,10 @@ mod tests {
                 node_jurisdiction: "IN-TG",
                 node_facility: "HYD1",
                 attestation: policy::AttestationStatus::Affirming,
-                evidence_age_s: 60,
+                evidence_age_s: Some(60),
                 cc_mode: true,
-                image_version,
+                // The empty string stands for "no attested image" in this test's table.
+                image_version: Some(image_version).filter(|v| !v.is_empty()),
             })
             .expect("decision")
     }
