@@ -20,23 +20,47 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
+use hostd_api::answer::ErrorBody;
 use hostd_api::tenant::NewTenant;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
-/// An API error: status code plus a JSON body `{"error": "...", ...}`.
+/// An API error: status code plus the one documented JSON body, [`ErrorBody`].
 #[derive(Debug)]
 pub struct ApiError {
     status: StatusCode,
-    body: Value,
+    body: ErrorBody,
 }
 
 impl ApiError {
     fn new(status: StatusCode, msg: impl Into<String>) -> ApiError {
         ApiError {
             status,
-            body: json!({ "error": msg.into() }),
+            body: ErrorBody::new(msg),
+        }
+    }
+
+    /// A failure of the node itself. The whole error, source chain included, goes to the log
+    /// under a fresh request id; the client gets only that id, never internal text or paths.
+    fn internal(e: &(dyn std::error::Error + 'static)) -> ApiError {
+        let request_id = request_id();
+        let mut chain = e.to_string();
+        let mut source = e.source();
+        while let Some(s) = source {
+            chain.push_str(": ");
+            chain.push_str(&s.to_string());
+            source = s.source();
+        }
+        tracing::error!(request_id = %request_id, error = %chain, "internal error");
+        ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            body: ErrorBody {
+                request_id: Some(request_id),
+                ..ErrorBody::new(
+                    "internal error; the node's log has the details under this request id",
+                )
+            },
         }
     }
 
@@ -67,16 +91,13 @@ impl From<NodeError> for ApiError {
                 reasons,
             } => ApiError {
                 status: StatusCode::FORBIDDEN,
-                body: json!({
-                    "error": "placement denied by residency policy",
-                    "policy_digest": policy_digest,
-                    "reasons": reasons,
-                }),
+                body: ErrorBody {
+                    policy_digest: Some(policy_digest),
+                    reasons: Some(reasons),
+                    ..ErrorBody::new("placement denied by residency policy")
+                },
             },
-            NodeError::Internal(m) => {
-                tracing::error!(error = %m, "internal error");
-                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, m)
-            }
+            NodeError::Internal(e) => ApiError::internal(&e),
         }
     }
 }
@@ -90,6 +111,21 @@ impl From<JsonRejection> for ApiError {
 }
 
 type ApiResult<T> = Result<T, ApiError>;
+
+/// A request id for the log line of an internal error: 16 hex digits, unique in practice.
+fn request_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    format!(
+        "{:016x}",
+        t ^ n.rotate_left(48) ^ u64::from(std::process::id())
+    )
+}
 
 /// What a principal may do, in one place.
 struct Access<'a>(&'a Principal);
@@ -134,12 +170,7 @@ async fn blocking<T: Send + 'static>(
     let node = node.clone();
     tokio::task::spawn_blocking(move || f(&node))
         .await
-        .map_err(|e| {
-            ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("worker failed: {e}"),
-            )
-        })?
+        .map_err(|e| ApiError::internal(&e))?
         .map_err(ApiError::from)
 }
 
@@ -342,8 +373,8 @@ struct UsageQuery {
 fn usage_records(node: &Node) -> Result<Vec<UsageRecord>, NodeError> {
     let leaves = node
         .with_ledger(|l| l.records(0..l.size()).collect::<Result<Vec<_>, _>>())
-        .map_err(|e| NodeError::Internal(e.to_string()))?;
-    billing::usage_records(&leaves).map_err(|e| NodeError::Internal(e.to_string()))
+        .map_err(NodeError::internal)?;
+    billing::usage_records(&leaves).map_err(NodeError::internal)
 }
 
 async fn list_usage(
@@ -377,7 +408,7 @@ fn visible_record(
 ) -> Result<(Vec<u8>, UsageRecord), NodeError> {
     let leaf = node
         .with_ledger(|l| l.record(id))
-        .map_err(|e| NodeError::Internal(e.to_string()))?
+        .map_err(NodeError::internal)?
         .ok_or_else(|| NodeError::NotFound(format!("no record {id}")))?;
     let rec = match serde_json::from_slice::<Record>(&leaf) {
         Ok(Record::Usage(u)) => u,
@@ -387,7 +418,7 @@ fn visible_record(
             )))
         }
         Err(e) => {
-            return Err(NodeError::Internal(format!(
+            return Err(NodeError::internal(format!(
                 "record {id} is undecodable: {e}"
             )))
         }
@@ -417,7 +448,7 @@ async fn get_receipt(
         let (leaf, _) = visible_record(n, &p, id)?;
         let receipt = n
             .with_ledger(|l| l.receipt(id))
-            .map_err(|e| NodeError::Internal(e.to_string()))?;
+            .map_err(NodeError::internal)?;
         Ok((leaf, receipt))
     })
     .await?;
@@ -454,8 +485,7 @@ async fn bill(
     let (from_ms, to_ms) = (parse(&q.from)?, parse(&q.to)?);
     let invoice = blocking(&node, move |n| {
         let verified = n.verified_ledger()?;
-        let records = billing::usage_records(&verified.leaves)
-            .map_err(|e| NodeError::Internal(e.to_string()))?;
+        let records = billing::usage_records(&verified.leaves).map_err(NodeError::internal)?;
         let start = |r: &UsageRecord| parse_time_ms(&r.start).ok();
         let (lines, record_ids) = billing::invoice(&records, &q.tenant, from_ms, to_ms, start);
         let total_paise = lines.iter().map(|l| l.amount_paise).sum();
@@ -517,7 +547,7 @@ async fn records(
             }
             let mut out = Vec::new();
             for leaf in l.records(0..size) {
-                out.extend_from_slice(&leaf.map_err(|e| NodeError::Internal(e.to_string()))?);
+                out.extend_from_slice(&leaf.map_err(NodeError::internal)?);
                 out.push(b'\n');
             }
             Ok(out)
@@ -621,10 +651,38 @@ async fn latest_attestation(
         };
         let leaf = n
             .with_ledger(|l| l.record(id))
-            .map_err(|e| NodeError::Internal(e.to_string()))?
-            .ok_or_else(|| NodeError::Internal(format!("record {id} is missing")))?;
-        serde_json::from_slice::<Value>(&leaf).map_err(|e| NodeError::Internal(e.to_string()))
+            .map_err(NodeError::internal)?
+            .ok_or_else(|| NodeError::internal(format!("record {id} is missing")))?;
+        serde_json::from_slice::<Value>(&leaf).map_err(NodeError::internal)
     })
     .await?;
     Ok(Json(latest))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A store failure's text names state paths; the client sees neither the path nor the
+    /// error text, only a request id it can quote to the operator.
+    #[tokio::test]
+    async fn an_internal_error_answers_500_without_paths_or_internal_text() {
+        let io = std::io::Error::other("/var/lib/hostd/state/db/blobs/7: No space left on device");
+        let e = NodeError::Internal(crate::node::InternalError {
+            context: "writing the intent".into(),
+            source: Box::new(io),
+        });
+        let response = ApiError::from(e).into_response();
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let bytes = http_body_util::BodyExt::collect(response.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        let text = String::from_utf8(bytes.to_vec()).unwrap();
+        for leak in ["/var", "state/db", "No space", "intent"] {
+            assert!(!text.contains(leak), "{leak} leaked: {text}");
+        }
+        let body: ErrorBody = serde_json::from_str(&text).unwrap();
+        assert_eq!(body.request_id.as_deref().map(str::len), Some(16), "{text}");
+    }
 }

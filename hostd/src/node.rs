@@ -52,13 +52,37 @@ pub enum NodeError {
     /// Too much of a bounded kind of work is in flight; the client should retry shortly.
     #[error("{0}")]
     Busy(String),
+    /// A failure of the node itself (store, ledger, serialisation): logged with its whole
+    /// source chain under a request id, answered to clients as a bare 500.
     #[error("internal error: {0}")]
-    Internal(String),
+    Internal(#[source] InternalError),
+}
+
+/// What the node was doing when it failed, and the error that stopped it. Its text may hold
+/// state paths and internals, which is why the API never sends it to a client.
+#[derive(Debug, thiserror::Error)]
+#[error("{context}: {source}")]
+pub struct InternalError {
+    /// What the node was doing.
+    pub context: String,
+    /// Why it failed.
+    #[source]
+    pub source: Box<dyn std::error::Error + Send + Sync>,
+}
+
+impl NodeError {
+    /// An internal failure without more context than its own message.
+    pub fn internal(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> NodeError {
+        NodeError::Internal(InternalError {
+            context: "internal".into(),
+            source: e.into(),
+        })
+    }
 }
 
 impl From<StoreError> for NodeError {
     fn from(e: StoreError) -> Self {
-        NodeError::Internal(e.to_string())
+        internal("store", e)
     }
 }
 
@@ -258,8 +282,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn internal(context: &str, e: impl std::fmt::Display) -> NodeError {
-    NodeError::Internal(format!("{context}: {e}"))
+fn internal(context: &str, e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> NodeError {
+    NodeError::Internal(InternalError {
+        context: context.to_owned(),
+        source: e.into(),
+    })
 }
 
 impl Node {
@@ -342,7 +369,7 @@ impl Node {
                 .append(&leaves)
                 .map_err(|e| internal("ledger append", e))?;
         } else if size != intent.start + n {
-            return Err(NodeError::Internal(format!(
+            return Err(NodeError::internal(format!(
                 "state and ledger disagree: a pending append of records {}..{} but the ledger holds {size} records; refusing to guess — restore the state directory from backup",
                 intent.start,
                 intent.start + n
@@ -819,7 +846,7 @@ impl Node {
         let cp = open_checkpoint(&note, &verifier)
             .map_err(|e| internal("ledger checkpoint does not verify", e))?;
         if cp.size != leaves.len() as u64 {
-            return Err(NodeError::Internal(format!(
+            return Err(NodeError::internal(format!(
                 "ledger holds {} records but its signed checkpoint says {}",
                 leaves.len(),
                 cp.size
@@ -830,8 +857,8 @@ impl Node {
             b.push(leaf).map_err(|e| internal("ledger", e))?;
         }
         if b.root() != cp.root {
-            return Err(NodeError::Internal(
-                "ledger records do not match the signed checkpoint's root: the state directory was tampered with".into(),
+            return Err(NodeError::internal(
+                "ledger records do not match the signed checkpoint's root: the state directory was tampered with",
             ));
         }
         Ok(VerifiedLedger {
@@ -848,7 +875,7 @@ fn new_lease_id() -> Result<String, NodeError> {
         .try_fill_bytes(&mut b)
         .map_err(|e| internal("random lease id", e))?;
     let id = format!("lease-{}", hex::encode(b));
-    validate_id("lease", &id).map_err(NodeError::Internal)?;
+    validate_id("lease", &id).map_err(NodeError::internal)?;
     Ok(id)
 }
 
@@ -942,12 +969,12 @@ impl Node {
             .with_ledger(|l| l.record(id))
             .map_err(|e| internal("reading the latest attestation record", e))?
             .ok_or_else(|| {
-                NodeError::Internal(format!(
+                NodeError::internal(format!(
                     "state names attestation record {id}, which the ledger does not hold"
                 ))
             })?;
         let Ok(Record::Attestation(a)) = serde_json::from_slice::<Record>(&leaf) else {
-            return Err(NodeError::Internal(format!(
+            return Err(NodeError::internal(format!(
                 "state names record {id} as the latest attestation, but it is not one"
             )));
         };
@@ -986,7 +1013,7 @@ impl Node {
             .cfg
             .attestation
             .verifier_keys()
-            .map_err(NodeError::Internal)?;
+            .map_err(NodeError::internal)?;
         if keys.is_empty() {
             return Err(NodeError::Conflict(
                 "no verifier keys are configured ([attestation] verifier_keys), so no attestation result can be accepted".into(),
@@ -1064,8 +1091,8 @@ impl Node {
         let id = ids
             .first()
             .copied()
-            .ok_or_else(|| NodeError::Internal("no record id".into()))?;
-        let rec = made.ok_or_else(|| NodeError::Internal("no record".into()))?;
+            .ok_or_else(|| NodeError::internal("no record id"))?;
+        let rec = made.ok_or_else(|| NodeError::internal("no record"))?;
         info!(record = id, status = %rec.status, "attestation result appended to the ledger");
         *lock(&self.latest_attestation) = Some((id, result));
         Ok(rec)
