@@ -448,6 +448,32 @@ impl DevPki {
         principals: &[(Role, &str)],
         server_url: &str,
     ) -> Result<DevPki, PkiError> {
+        let wanted = Self::check_request(trust_domain, server_names, principals, server_url)?;
+        create_private_dir(dir)?;
+        let ca = Self::load_or_create_ca(dir, trust_domain, &wanted)?;
+        let pki = DevPki {
+            dir: dir.to_owned(),
+            trust_domain: trust_domain.to_owned(),
+            ca,
+            profiles: Vec::new(),
+        };
+        pki.ensure_server(server_names)?;
+        let mut profiles = Vec::with_capacity(wanted.len());
+        for principal in wanted {
+            let path = pki.ensure_profile(&principal, server_url)?;
+            profiles.push((principal, path));
+        }
+        Ok(DevPki { profiles, ..pki })
+    }
+
+    /// Checks everything `create` is asked for before touching the disk, and returns the
+    /// principals to issue profiles for.
+    fn check_request(
+        trust_domain: &str,
+        server_names: &[&str],
+        principals: &[(Role, &str)],
+        server_url: &str,
+    ) -> Result<Vec<Principal>, PkiError> {
         check_trust_domain(trust_domain)?;
         hostd_api::profile::parse_server_url(server_url)
             .map_err(|e| PkiError::BadServerUrl(e.to_string()))?;
@@ -468,22 +494,7 @@ impl DevPki {
             }
             wanted.push(principal);
         }
-
-        create_private_dir(dir)?;
-        let ca = Self::load_or_create_ca(dir, trust_domain, &wanted)?;
-        let pki = DevPki {
-            dir: dir.to_owned(),
-            trust_domain: trust_domain.to_owned(),
-            ca,
-            profiles: Vec::new(),
-        };
-        pki.ensure_server(server_names)?;
-        let mut profiles = Vec::with_capacity(wanted.len());
-        for principal in wanted {
-            let path = pki.ensure_profile(&principal, server_url)?;
-            profiles.push((principal, path));
-        }
-        Ok(DevPki { profiles, ..pki })
+        Ok(wanted)
     }
 
     fn load_or_create_ca(

@@ -1,0 +1,188 @@
+//! The write-ahead intent: records and the state they imply are written to the store before
+//! the ledger append, so a crash at any point neither loses nor duplicates a record.
+
+use super::*;
+
+/// A record's leaf bytes as the intent holds them. serde_json writes UTF-8, so this never
+/// converts lossily; a record that cannot be serialised is an error, never an empty leaf.
+pub(super) fn leaf_text(rec: &Record) -> Result<String, NodeError> {
+    let leaf = rec.to_leaf().map_err(|e| internal("record", e))?;
+    String::from_utf8(leaf).map_err(|e| internal("record", e))
+}
+
+/// A pending ledger append and the state it commits, written before the append.
+#[derive(Debug, Serialize, Deserialize)]
+pub(super) struct Intent {
+    start: u64,
+    leaves: Vec<String>,
+    puts: Vec<(String, serde_json::Value)>,
+    removes: Vec<String>,
+}
+
+impl Node {
+    pub(super) fn recover(&self) -> Result<(), NodeError> {
+        let _w = lock(&self.write);
+        let Some(intent) = self.leases.get::<Intent>("intent")? else {
+            return Ok(());
+        };
+        let n = intent.leaves.len() as u64;
+        let size = lock(&self.ledger).size();
+        if size == intent.start {
+            info!(
+                start = intent.start,
+                records = n,
+                "completing an interrupted ledger append"
+            );
+            let leaves: Vec<Vec<u8>> = intent
+                .leaves
+                .iter()
+                .map(|l| l.clone().into_bytes())
+                .collect();
+            lock(&self.ledger)
+                .append(&leaves)
+                .map_err(|e| internal("ledger append", e))?;
+        } else if size != intent.start + n {
+            return Err(NodeError::internal(format!(
+                "state and ledger disagree: a pending append of records {}..{} but the ledger holds {size} records; refusing to guess — restore the state directory from backup",
+                intent.start,
+                intent.start + n
+            )));
+        }
+        self.apply_intent(&intent)?;
+        Ok(())
+    }
+
+    /// Makes the intent durable, then appends its records: the order that lets
+    /// [`Node::recover`] tell, after a crash, whether the append happened.
+    pub(super) fn write_ahead_and_append(&self, intent: &Intent) -> Result<(), NodeError> {
+        if intent.leaves.is_empty() {
+            return Ok(());
+        }
+        self.leases.put("intent", intent)?;
+        self.store.flush()?;
+        let bytes: Vec<Vec<u8>> = intent
+            .leaves
+            .iter()
+            .map(|l| l.clone().into_bytes())
+            .collect();
+        lock(&self.ledger)
+            .append(&bytes)
+            .map_err(|e| internal("ledger append", e))?;
+        self.stats
+            .records
+            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    pub(super) fn apply_intent(&self, intent: &Intent) -> Result<(), NodeError> {
+        self.apply_intent_with(intent, true)
+    }
+
+    pub(super) fn apply_intent_with(
+        &self,
+        intent: &Intent,
+        durable: bool,
+    ) -> Result<(), NodeError> {
+        let mut ops: Vec<(String, Option<&serde_json::Value>)> = Vec::new();
+        for (k, v) in &intent.puts {
+            ops.push((k.clone(), Some(v)));
+        }
+        for k in &intent.removes {
+            ops.push((k.clone(), None));
+        }
+        ops.push(("intent".into(), None));
+        self.leases.apply(&ops)?;
+        if durable {
+            self.store.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Appends `usages` as records (ids = leaf indices) together with the state changes,
+    /// crash-safely. Returns the record ids.
+    pub(super) fn commit(
+        &self,
+        usages: &[(Usage, &Lease)],
+        cursors: &mut BTreeMap<String, Cursor>,
+        mut puts: Vec<(String, serde_json::Value)>,
+        removes: Vec<String>,
+    ) -> Result<Vec<u64>, NodeError> {
+        let start = lock(&self.ledger).next_index();
+        let mut leaves = Vec::with_capacity(usages.len());
+        let mut ids = Vec::with_capacity(usages.len());
+        for (i, (u, lease)) in usages.iter().enumerate() {
+            let id = start + i as u64;
+            let key = cursor_key(&u.lease, &u.gpu_uuid);
+            let prev = cursors.get(&key).and_then(|c| c.prev_record);
+            let gpu_ms = u64::try_from(u.end_ms - u.start_ms).unwrap_or(0);
+            let rec = Record::Usage(UsageRecord {
+                v: RECORD_VERSION,
+                id,
+                node: self.cfg.node.name.clone(),
+                tenant: lease.tenant.clone(),
+                lease: lease.id.clone(),
+                gpu_uuid: u.gpu_uuid.clone(),
+                gpu_model: u.gpu_model.clone(),
+                start: rfc3339_ms(u.start_ms),
+                end: rfc3339_ms(u.end_ms),
+                gpu_ms,
+                gpu_seconds: gpu_ms as f64 / 1000.0,
+                energy_joules: u.energy_joules,
+                peak_memory_bytes: u.peak_memory_bytes,
+                mean_utilization_pct: u.mean_utilization_pct,
+                rate_paise_per_hour: lease.rate_paise_per_hour,
+                amount_paise: amount_paise(gpu_ms, lease.rate_paise_per_hour),
+                policy_digest: lease.policy_digest.clone(),
+                prev,
+                attestation: lock(&self.latest_attestation).as_ref().map(|(id, _)| *id),
+            });
+            if let Some(c) = cursors.get_mut(&key) {
+                c.prev_record = Some(id);
+            }
+            leaves.push(leaf_text(&rec)?);
+            ids.push(id);
+        }
+        for (k, c) in cursors.iter().filter(|(k, _)| !removes.contains(k)) {
+            puts.push((
+                k.clone(),
+                serde_json::to_value(c).map_err(|e| internal("cursor", e))?,
+            ));
+        }
+        let intent = Intent {
+            start,
+            leaves,
+            puts,
+            removes,
+        };
+        self.write_ahead_and_append(&intent)?;
+        // Cursor-only updates (plain accumulation) need no fsync: a cursor lost in a crash
+        // only loses utilization statistics, never GPU time or energy (the energy baseline
+        // is saved with the accumulated energy). Records, lease changes and removals do.
+        let durable = !intent.leaves.is_empty()
+            || !intent.removes.is_empty()
+            || intent.puts.iter().any(|(k, _)| k.starts_with("lease/"));
+        self.apply_intent_with(&intent, durable)?;
+        Ok(ids)
+    }
+
+    /// Appends records built from their first id, with `puts` to the leases tree, through
+    /// the same crash-safe intent as usage records. The caller holds the write lock.
+    pub(super) fn append_records(
+        &self,
+        build: impl FnOnce(u64) -> Vec<Record>,
+        puts: Vec<(String, serde_json::Value)>,
+    ) -> Result<Vec<u64>, NodeError> {
+        let start = lock(&self.ledger).next_index();
+        let records = build(start);
+        let ids: Vec<u64> = records.iter().map(Record::id).collect();
+        let intent = Intent {
+            start,
+            leaves: records.iter().map(leaf_text).collect::<Result<_, _>>()?,
+            puts,
+            removes: Vec::new(),
+        };
+        self.write_ahead_and_append(&intent)?;
+        self.apply_intent_with(&intent, true)?;
+        Ok(ids)
+    }
+}

@@ -1,0 +1,167 @@
+//! The node service: tenants, leases and metering over the store, the GPUs and the ledger.
+//!
+//! Every mutation runs under one lock (`write`) and is durable before it returns. Usage
+//! records reach the ledger through a write-ahead *intent* kept in the same sled tree as the
+//! leases and meter cursors: the intent holds the records (whose ids are their future leaf
+//! indices) and the state changes they imply. After a crash, [`Node::open`] finds the intent
+//! and, by comparing its ids with the ledger's size, knows exactly whether the records were
+//! appended — so a record is never lost and never written twice, and a GPU-hour is never
+//! billed twice.
+//!
+//! One file per concept: [`commit`] (the write-ahead intent and the crash-safe append),
+//! `tenants`, `leases`, `metering`, `verified` (reading the ledger against its checkpoint),
+//! `gpu_events` (inventory and GPU change records) and `attestation` (evidence, results and
+//! the facts the residency policy sees). Every part is an `impl Node` over the same state.
+
+use crate::attestation::{unix_now, Attester, Collected};
+use crate::clock::{rfc3339_ms, Clock};
+use crate::config::Config;
+use crate::gpu::{GpuError, GpuInfo, Gpus};
+use crate::lease::{self, Candidate, Lease, LeaseState, LeasedGpu, NewLease};
+use crate::ledger::Ledger;
+use crate::meter::{Anomaly, Cursor, Reading, Usage};
+use crate::residency::{PlaceRequest, Residency};
+use crate::store::{JsonTree, Store, StoreError};
+use attest::ear::{AttestationResult, Status};
+use auditor::money::amount_paise;
+use auditor::record::{
+    AttestationRecord, GpuEventKind, GpuEventRecord, Record, UsageRecord, RECORD_VERSION,
+};
+use hostd_api::tenant::{validate_id, NewTenant, Tenant, TenantStatus};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use tracing::{error, info, warn};
+
+/// After this many consecutive failed samples a GPU is declared faulty and its metering
+/// stops at the last good sample.
+const MAX_CONSECUTIVE_ERRORS: u32 = 3;
+
+mod attestation;
+mod commit;
+mod error;
+mod gpu_events;
+mod leases;
+mod metering;
+mod tenants;
+mod verified;
+
+pub use error::{InternalError, NodeError};
+pub use leases::holder;
+pub use verified::VerifiedLedger;
+
+/// Counters exported on `/metrics`.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub ticks: AtomicU64,
+    pub samples: AtomicU64,
+    pub sample_errors: AtomicU64,
+    pub energy_anomalies: AtomicU64,
+    pub records: AtomicU64,
+}
+
+pub struct Node {
+    cfg: Config,
+    clock: Clock,
+    store: Store,
+    tenants: JsonTree,
+    /// Leases (`lease/<id>`), meter cursors (`cursor/<lease>/<gpu>`) and the `intent`.
+    leases: JsonTree,
+    ledger: Mutex<Ledger>,
+    gpus: Gpus,
+    residency: Residency,
+    write: Mutex<()>,
+    pub stats: Stats,
+    attester: Attester,
+    /// The latest attestation record (id, verified result); the one usage records point at
+    /// and placements are checked against.
+    latest_attestation: Mutex<Option<(u64, AttestationResult)>>,
+    /// Evidence collections in flight (bounded by [`MAX_CONCURRENT_ATTESTATIONS`]).
+    attestations_in_flight: AtomicUsize,
+}
+
+/// Evidence collections allowed at once. Each one asks every CC GPU for a signed report, which
+/// on real hardware is slow and serialised in the driver; any principal allowed to attest
+/// (a tenant with one lease included) must not be able to queue unbounded work on the GPUs.
+pub const MAX_CONCURRENT_ATTESTATIONS: usize = 4;
+
+fn lease_key(id: &str) -> String {
+    format!("lease/{id}")
+}
+
+fn cursor_key(lease: &str, gpu: &str) -> String {
+    format!("cursor/{lease}/{gpu}")
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock cannot leave sled or the ledger half-written (their
+    // writes are atomic), so continuing with the inner value is sound.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn internal(context: &str, e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> NodeError {
+    NodeError::Internal(InternalError {
+        context: context.to_owned(),
+        source: e.into(),
+    })
+}
+
+impl Node {
+    /// Opens the node's state and finishes any append a crash interrupted.
+    pub fn open(
+        cfg: Config,
+        clock: Clock,
+        store: Store,
+        ledger: Ledger,
+        gpus: Gpus,
+        residency: Residency,
+    ) -> Result<Node, NodeError> {
+        let attester = Attester::open(&cfg).map_err(|e| internal("attestation", e))?;
+        let node = Node {
+            tenants: store.tree("tenants")?,
+            leases: store.tree("leases")?,
+            cfg,
+            clock,
+            store,
+            ledger: Mutex::new(ledger),
+            gpus,
+            residency,
+            write: Mutex::new(()),
+            stats: Stats::default(),
+            attester,
+            latest_attestation: Mutex::new(None),
+            attestations_in_flight: AtomicUsize::new(0),
+        };
+        node.recover()?;
+        node.load_latest_attestation()?;
+        Ok(node)
+    }
+
+    /// Makes every write durable (shutdown).
+    pub fn flush(&self) -> Result<(), NodeError> {
+        self.store.flush()?;
+        Ok(())
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    pub fn gpus(&self) -> &Gpus {
+        &self.gpus
+    }
+
+    pub fn residency(&self) -> &Residency {
+        &self.residency
+    }
+
+    /// Runs `f` with the ledger locked (reads: checkpoint, receipts, records).
+    pub fn with_ledger<R>(&self, f: impl FnOnce(&Ledger) -> R) -> R {
+        f(&lock(&self.ledger))
+    }
+}
