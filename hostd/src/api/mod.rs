@@ -1,0 +1,100 @@
+//! The HTTPS JSON API (`/v1/...`) and its authorization rules.
+//!
+//! Authentication happened at the TLS handshake (see `tls`); every handler receives the
+//! caller's [`Principal`] and decides with [`Access`] what it may see. Tenants are confined to
+//! their own tenant, leases, usage and receipts; asking for another tenant's lease answers
+//! 404 exactly as for a lease that does not exist, so ids cannot be probed. Auditors read and
+//! never write.
+//!
+//! Thin handlers over [`Node`]: one file per resource (`node` health and metrics, `tenants`,
+//! `gpus`, `leases`, `usage` and bills, `audit`, `attestation`), the access rules in
+//! `access`, and the one error shape in `error`. Bodies and query strings are the
+//! `hostd-api` types the clients use.
+
+use crate::clock::parse_time_ms;
+use crate::lease::{Lease, NewLease};
+use crate::metrics;
+use crate::node::{holder, Node, NodeError};
+use crate::principal::{Principal, Role};
+use access::Access;
+use auditor::billing::{self, Invoice};
+use auditor::money::format_inr;
+use auditor::record::{Record, UsageRecord};
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Json, Router};
+use error::ApiResult;
+use hostd_api::answer::ErrorBody;
+use hostd_api::tenant::NewTenant;
+use std::sync::Arc;
+
+mod access;
+mod attestation;
+mod audit;
+mod error;
+mod gpus;
+mod leases;
+mod node;
+mod tenants;
+mod usage;
+
+pub use error::ApiError;
+
+async fn blocking<T: Send + 'static>(
+    node: &Arc<Node>,
+    f: impl FnOnce(&Node) -> Result<T, NodeError> + Send + 'static,
+) -> ApiResult<T> {
+    let node = node.clone();
+    tokio::task::spawn_blocking(move || f(&node))
+        .await
+        .map_err(|e| ApiError::internal(&e))?
+        .map_err(ApiError::from)
+}
+
+/// The API's routes over `node`.
+pub fn router(node: Arc<Node>) -> Router {
+    let limit = node.config().api.max_body_bytes;
+    Router::new()
+        .route("/v1/health", get(node::health))
+        .route("/metrics", get(node::prometheus))
+        .route(
+            "/v1/tenants",
+            get(tenants::list_tenants).post(tenants::create_tenant),
+        )
+        .route("/v1/tenants/{id}", get(tenants::get_tenant))
+        .route("/v1/tenants/{id}/suspend", post(tenants::suspend_tenant))
+        .route("/v1/gpus", get(gpus::list_gpus))
+        .route(
+            "/v1/leases",
+            get(leases::list_leases).post(leases::create_lease),
+        )
+        .route("/v1/leases/{id}", get(leases::get_lease))
+        .route("/v1/leases/{id}/end", post(leases::end_lease))
+        .route("/v1/usage", get(usage::list_usage))
+        .route("/v1/usage/{id}", get(usage::get_usage))
+        .route("/v1/usage/{id}/receipt", get(usage::get_receipt))
+        .route("/v1/bill", get(usage::bill))
+        .route("/v1/audit/checkpoint", get(audit::checkpoint))
+        .route("/v1/audit/vkey", get(audit::vkey))
+        .route("/v1/audit/records", get(audit::records))
+        .route("/v1/audit/consistency", get(audit::consistency))
+        .route("/v1/attestation", post(attestation::attestation))
+        .route(
+            "/v1/attestation/results",
+            post(attestation::attestation_result),
+        )
+        .route(
+            "/v1/attestation/latest",
+            get(attestation::latest_attestation),
+        )
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such endpoint") })
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn_with_state(
+            limit,
+            crate::limits::enforce,
+        ))
+        .with_state(node)
+}
