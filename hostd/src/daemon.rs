@@ -8,7 +8,7 @@ use crate::keys;
 use crate::ledger::Ledger;
 use crate::node::Node;
 use crate::residency::Residency;
-use crate::store::Store;
+use crate::state::Store;
 use crate::tls;
 use anyhow::{Context, Result};
 use std::path::Path;

@@ -23,5 +23,5 @@ pub mod node;
 pub mod pki;
 pub mod principal;
 pub mod residency;
-pub mod store;
+pub mod state;
 pub mod tls;

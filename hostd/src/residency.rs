@@ -7,7 +7,7 @@
 //! so rules that require an affirming, recent attestation on a CC node deny — with that
 //! reason — until the control plane has delivered one.
 
-use crate::store::Store;
+use crate::state::Store;
 use hostd_api::tenant::Tenant;
 use policy::{Bundle, Installed, Policy, PolicyDigest, VerifierKey};
 use std::path::Path;
@@ -58,7 +58,7 @@ pub enum ResidencyError {
     #[error("policy bundle refused: {0}")]
     Bundle(#[from] policy::BundleError),
     #[error("state: {0}")]
-    Store(#[from] crate::store::StoreError),
+    Store(#[from] crate::state::StoreError),
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, ResidencyError> {
@@ -170,7 +170,7 @@ fn installed(store: &Store) -> Result<Option<Installed>, ResidencyError> {
     };
     if v.len() != 40 {
         // Never fall back to "nothing installed": that would disable rollback protection.
-        return Err(ResidencyError::Store(crate::store::StoreError::Corrupt {
+        return Err(ResidencyError::Store(crate::state::StoreError::Corrupt {
             tree: "meta",
             key: "policy_installed".into(),
             message: format!("expected 40 bytes, found {}", v.len()),

@@ -5,7 +5,7 @@ use clap::{Parser, Subcommand};
 use hostd::config::Config;
 #[cfg(feature = "dev")]
 use hostd::dev;
-use hostd::store::Store;
+use hostd::state::Store;
 use hostd::{cli, daemon};
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -35,9 +35,6 @@ impl Drop for InFlight<'_> {
 /// How far in the future an attestation result's `iat` may be (clock skew), seconds.
 pub(super) const MAX_RESULT_SKEW_S: u64 = 300;
 
-/// Key (in the leases tree) of the id of the latest attestation record.
-pub(super) const LATEST_ATTESTATION_KEY: &str = "attestation-latest";
-
 impl Node {
     pub fn attester(&self) -> &Attester {
         &self.attester
@@ -112,7 +109,10 @@ impl Node {
     }
 
     pub(super) fn load_latest_attestation(&self) -> Result<(), NodeError> {
-        let Some(id) = self.leases.get::<u64>(LATEST_ATTESTATION_KEY)? else {
+        let Some(id) = self
+            .leases
+            .get::<u64>(&LeasesKey::LatestAttestation.key())?
+        else {
             return Ok(());
         };
         let leaf = self
@@ -213,7 +213,7 @@ impl Node {
                 vec![Record::Attestation(rec)]
             },
             vec![(
-                LATEST_ATTESTATION_KEY.into(),
+                LeasesKey::LatestAttestation.key(),
                 serde_json::json!(self.ledger_next_hint()),
             )],
         )?;

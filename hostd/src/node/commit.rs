@@ -22,7 +22,7 @@ pub(super) struct Intent {
 impl Node {
     pub(super) fn recover(&self) -> Result<(), NodeError> {
         let _w = lock(&self.write);
-        let Some(intent) = self.leases.get::<Intent>("intent")? else {
+        let Some(intent) = self.leases.get::<Intent>(&LeasesKey::Intent.key())? else {
             return Ok(());
         };
         let n = intent.leaves.len() as u64;
@@ -58,7 +58,7 @@ impl Node {
         if intent.leaves.is_empty() {
             return Ok(());
         }
-        self.leases.put("intent", intent)?;
+        self.leases.put(&LeasesKey::Intent.key(), intent)?;
         self.store.flush()?;
         let bytes: Vec<Vec<u8>> = intent
             .leaves
@@ -90,7 +90,7 @@ impl Node {
         for k in &intent.removes {
             ops.push((k.clone(), None));
         }
-        ops.push(("intent".into(), None));
+        ops.push((LeasesKey::Intent.key(), None));
         self.leases.apply(&ops)?;
         if durable {
             self.store.flush()?;
@@ -112,7 +112,11 @@ impl Node {
         let mut ids = Vec::with_capacity(usages.len());
         for (i, (u, lease)) in usages.iter().enumerate() {
             let id = start + i as u64;
-            let key = cursor_key(&u.lease, &u.gpu_uuid);
+            let key = LeasesKey::Cursor {
+                lease: &u.lease,
+                gpu: &u.gpu_uuid,
+            }
+            .key();
             let prev = cursors.get(&key).and_then(|c| c.prev_record);
             let gpu_ms = u64::try_from(u.end_ms - u.start_ms).unwrap_or(0);
             let rec = Record::Usage(UsageRecord {
@@ -160,7 +164,7 @@ impl Node {
         // is saved with the accumulated energy). Records, lease changes and removals do.
         let durable = !intent.leaves.is_empty()
             || !intent.removes.is_empty()
-            || intent.puts.iter().any(|(k, _)| k.starts_with("lease/"));
+            || intent.puts.iter().any(|(k, _)| k.starts_with(LEASE_PREFIX));
         self.apply_intent_with(&intent, durable)?;
         Ok(ids)
     }

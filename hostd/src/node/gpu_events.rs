@@ -2,9 +2,6 @@
 
 use super::*;
 
-/// Key (in the leases tree) of the last GPU inventory snapshot the metering loop compared.
-pub(super) const GPU_SNAPSHOT_KEY: &str = "gpu-snapshot";
-
 /// What the metering loop remembers of one GPU, to notice changes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(super) struct GpuState {
@@ -120,14 +117,14 @@ impl Node {
                 return Ok(());
             }
         };
-        let prev: Option<Vec<GpuState>> = self.leases.get(GPU_SNAPSHOT_KEY)?;
+        let prev: Option<Vec<GpuState>> = self.leases.get(&LeasesKey::GpuSnapshot.key())?;
         let (next, events) = gpu_changes(prev.as_deref().unwrap_or(&[]), &inventory);
         if prev.as_ref() == Some(&next) {
             return Ok(());
         }
         let snapshot = serde_json::to_value(&next).map_err(|e| internal("GPU snapshot", e))?;
         let Some(_) = prev else {
-            self.leases.put(GPU_SNAPSHOT_KEY, &snapshot)?;
+            self.leases.put(&LeasesKey::GpuSnapshot.key(), &snapshot)?;
             self.store.flush()?;
             return Ok(());
         };
@@ -156,7 +153,7 @@ impl Node {
                     })
                     .collect()
             },
-            vec![(GPU_SNAPSHOT_KEY.into(), snapshot)],
+            vec![(LeasesKey::GpuSnapshot.key(), snapshot)],
         )?;
         Ok(())
     }

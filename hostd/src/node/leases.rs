@@ -4,12 +4,12 @@ use super::*;
 
 impl Node {
     pub fn leases(&self) -> Result<Vec<Lease>, NodeError> {
-        Ok(self.leases.scan("lease/")?)
+        Ok(self.leases.scan(LEASE_PREFIX)?)
     }
 
     pub fn lease(&self, id: &str) -> Result<Lease, NodeError> {
         self.leases
-            .get(&lease_key(id))?
+            .get(&LeasesKey::Lease(id).key())?
             .ok_or_else(|| NodeError::NotFound(format!("no lease {id}")))
     }
 
@@ -151,7 +151,7 @@ impl Node {
     /// in one batch, durably. The caller holds the write lock.
     fn persist_new_lease(&self, lease: &Lease, now: i64) -> Result<(), NodeError> {
         let lease_json = serde_json::to_value(lease).map_err(|e| internal("lease", e))?;
-        let mut values = vec![(lease_key(&lease.id), lease_json)];
+        let mut values = vec![(LeasesKey::Lease(&lease.id).key(), lease_json)];
         for g in &lease.gpus {
             let energy = self
                 .gpus
@@ -160,7 +160,11 @@ impl Node {
                 .and_then(|s| s.total_energy_mj);
             let c = Cursor::start(&lease.id, &g.uuid, &g.model, now, energy);
             values.push((
-                cursor_key(&lease.id, &g.uuid),
+                LeasesKey::Cursor {
+                    lease: &lease.id,
+                    gpu: &g.uuid,
+                }
+                .key(),
                 serde_json::to_value(&c).map_err(|e| internal("cursor", e))?,
             ));
         }
@@ -173,11 +177,15 @@ impl Node {
 
     pub(super) fn cursors_of(&self, lease: &Lease) -> Result<BTreeMap<String, Cursor>, NodeError> {
         let mut out = BTreeMap::new();
-        for c in self
-            .leases
-            .scan::<Cursor>(&format!("cursor/{}/", lease.id))?
-        {
-            out.insert(cursor_key(&c.lease, &c.gpu_uuid), c);
+        for c in self.leases.scan::<Cursor>(&cursor_prefix(&lease.id))? {
+            out.insert(
+                LeasesKey::Cursor {
+                    lease: &c.lease,
+                    gpu: &c.gpu_uuid,
+                }
+                .key(),
+                c,
+            );
         }
         Ok(out)
     }
@@ -214,7 +222,7 @@ impl Node {
         let ids = self.commit(
             &pairs,
             &mut cursors,
-            vec![(lease_key(id), lease_json)],
+            vec![(LeasesKey::Lease(id).key(), lease_json)],
             removes,
         )?;
         info!(tenant = %lease.tenant, lease = %id, records = ids.len(), "lease ended");

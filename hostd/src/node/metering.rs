@@ -114,7 +114,7 @@ impl Node {
         let mut puts = Vec::new();
         for (id, l) in &changed_leases {
             puts.push((
-                lease_key(id),
+                LeasesKey::Lease(id).key(),
                 serde_json::to_value(l).map_err(|e| internal("lease", e))?,
             ));
         }

@@ -21,7 +21,8 @@ use crate::lease::{self, Candidate, Lease, LeaseState, LeasedGpu, NewLease};
 use crate::ledger::Ledger;
 use crate::meter::{Anomaly, Cursor, Reading, Usage};
 use crate::residency::{PlaceRequest, Residency};
-use crate::store::{JsonTree, Store, StoreError};
+use crate::state::keys::{cursor_prefix, LeasesKey, LEASE_PREFIX};
+use crate::state::{JsonTree, Store, StoreError};
 use attest::ear::{AttestationResult, Status};
 use auditor::money::amount_paise;
 use auditor::record::{
@@ -85,14 +86,6 @@ pub struct Node {
 /// on real hardware is slow and serialised in the driver; any principal allowed to attest
 /// (a tenant with one lease included) must not be able to queue unbounded work on the GPUs.
 pub const MAX_CONCURRENT_ATTESTATIONS: usize = 4;
-
-fn lease_key(id: &str) -> String {
-    format!("lease/{id}")
-}
-
-fn cursor_key(lease: &str, gpu: &str) -> String {
-    format!("cursor/{lease}/{gpu}")
-}
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding the lock cannot leave sled or the ledger half-written (their

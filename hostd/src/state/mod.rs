@@ -3,9 +3,19 @@
 //! Values are JSON so that an operator can inspect a state directory with ordinary tools and
 //! so that adding a field is a compatible change; the schema version in the `meta` tree
 //! guards against a state directory written by a newer, incompatible build.
+//!
+//! The node reads and writes through [`JsonTree`], which sits on the small [`RawTree`]
+//! trait: sled on disk ([`raw::SledTree`]) in the daemon, a `BTreeMap`
+//! ([`raw::MemTree`]) in unit tests. Keys are built in one place, [`keys`], never with
+//! `format!` at the call site.
 
+pub mod keys;
+pub mod raw;
+
+pub use raw::RawTree;
 use serde::{de::DeserializeOwned, Serialize};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Schema version this build writes and understands.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -35,11 +45,11 @@ pub struct Store {
     meta: sled::Tree,
 }
 
-/// A tree of JSON values keyed by string ids.
+/// A tree of JSON values keyed by string ids, over any [`RawTree`].
 #[derive(Clone)]
 pub struct JsonTree {
     name: &'static str,
-    tree: sled::Tree,
+    tree: Arc<dyn RawTree>,
 }
 
 impl Store {
@@ -82,7 +92,7 @@ impl Store {
     pub fn tree(&self, name: &'static str) -> Result<JsonTree, StoreError> {
         Ok(JsonTree {
             name,
-            tree: self.db.open_tree(name)?,
+            tree: Arc::new(raw::SledTree(self.db.open_tree(name)?)),
         })
     }
 
@@ -104,6 +114,16 @@ impl Store {
 }
 
 impl JsonTree {
+    /// A tree named `name` (for error messages) over `tree`.
+    pub fn new(name: &'static str, tree: Arc<dyn RawTree>) -> JsonTree {
+        JsonTree { name, tree }
+    }
+
+    /// A tree kept in memory, for tests of code that runs over the store.
+    pub fn in_memory(name: &'static str) -> JsonTree {
+        JsonTree::new(name, Arc::new(raw::MemTree::default()))
+    }
+
     pub fn get<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, StoreError> {
         match self.tree.get(key)? {
             None => Ok(None),
@@ -115,37 +135,30 @@ impl JsonTree {
 
     pub fn put<T: Serialize>(&self, key: &str, value: &T) -> Result<(), StoreError> {
         let bytes = serde_json::to_vec(value).map_err(|e| self.corrupt(key, e))?;
-        self.tree.insert(key, bytes)?;
-        Ok(())
+        self.tree.insert(key, bytes)
     }
 
     pub fn remove(&self, key: &str) -> Result<(), StoreError> {
-        self.tree.remove(key)?;
-        Ok(())
+        self.tree.remove(key)
     }
 
     /// Applies puts (`Some`) and removes (`None`) atomically.
     pub fn apply<T: Serialize>(&self, ops: &[(String, Option<&T>)]) -> Result<(), StoreError> {
-        let mut batch = sled::Batch::default();
+        let mut batch = Vec::with_capacity(ops.len());
         for (key, value) in ops {
-            match value {
-                Some(v) => {
-                    let bytes = serde_json::to_vec(v).map_err(|e| self.corrupt(key, e))?;
-                    batch.insert(key.as_bytes(), bytes);
-                }
-                None => batch.remove(key.as_bytes()),
-            }
+            let bytes = match value {
+                Some(v) => Some(serde_json::to_vec(v).map_err(|e| self.corrupt(key, e))?),
+                None => None,
+            };
+            batch.push((key.clone(), bytes));
         }
-        self.tree.apply_batch(batch)?;
-        Ok(())
+        self.tree.apply(batch)
     }
 
     /// Values whose key starts with `prefix`, in key order.
     pub fn scan<T: DeserializeOwned>(&self, prefix: &str) -> Result<Vec<T>, StoreError> {
         let mut out = Vec::new();
-        for item in self.tree.scan_prefix(prefix) {
-            let (k, v) = item?;
-            let key = String::from_utf8_lossy(&k).into_owned();
+        for (key, v) in self.tree.scan_prefix(prefix)? {
             out.push(serde_json::from_slice(&v).map_err(|e| self.corrupt(&key, e))?);
         }
         Ok(out)
@@ -153,13 +166,7 @@ impl JsonTree {
 
     /// All values in key order.
     pub fn all<T: DeserializeOwned>(&self) -> Result<Vec<T>, StoreError> {
-        let mut out = Vec::new();
-        for item in self.tree.iter() {
-            let (k, v) = item?;
-            let key = String::from_utf8_lossy(&k).into_owned();
-            out.push(serde_json::from_slice(&v).map_err(|e| self.corrupt(&key, e))?);
-        }
-        Ok(out)
+        self.scan("")
     }
 
     fn corrupt(&self, key: &str, e: serde_json::Error) -> StoreError {
@@ -202,5 +209,26 @@ mod tests {
             .unwrap();
         let err = t.get::<Vec<i32>>("b").unwrap_err();
         assert!(err.to_string().contains("corrupt things entry b"), "{err}");
+    }
+
+    /// The in-memory tree behaves as the sled one: batches, prefixes, key order.
+    #[test]
+    fn memory_and_sled_trees_agree() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path()).unwrap();
+        for t in [s.tree("t").unwrap(), JsonTree::in_memory("t")] {
+            t.put("lease/b", &2).unwrap();
+            t.put("cursor/b/g", &9).unwrap();
+            t.apply(&[
+                ("lease/a".to_owned(), Some(&1)),
+                ("cursor/b/g".to_owned(), None),
+            ])
+            .unwrap();
+            assert_eq!(t.scan::<i32>("lease/").unwrap(), vec![1, 2]);
+            assert_eq!(t.all::<i32>().unwrap(), vec![1, 2]);
+            assert_eq!(t.get::<i32>("cursor/b/g").unwrap(), None);
+            t.remove("lease/a").unwrap();
+            assert_eq!(t.scan::<i32>("lease/").unwrap(), vec![2]);
+        }
     }
 }
