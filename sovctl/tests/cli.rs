@@ -47,9 +47,13 @@ fn keygen_writes_0600_and_refuses_to_overwrite() {
 }
 
 #[test]
-fn verifying_a_directory_that_is_no_export_fails() {
+fn verifying_an_export_with_unreadable_files_is_an_io_error() {
     let dir = tempfile::tempdir().unwrap();
     let (code, err) = sovctl(&["audit", "verify", "--quiet", dir.path().to_str().unwrap()]);
-    assert_ne!(code, Some(0), "{err}");
+    assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("VERIFICATION FAILED"), "{err}");
+    assert!(err.contains("cannot read"), "{err}");
+    let missing = dir.path().join("nowhere");
+    let (code, err) = sovctl(&["audit", "verify", "--quiet", missing.to_str().unwrap()]);
+    assert_eq!(code, Some(2), "{err}");
 }

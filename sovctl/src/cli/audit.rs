@@ -3,7 +3,7 @@
 use super::{finish, print_json, CmdResult, Exit, Fail};
 use auditor::source::DirSource;
 use auditor::summary::format_summary;
-use auditor::verify::{verify_export, FileRole, Supplied, VerifyOptions};
+use auditor::verify::{verify_export, FileRole, Supplied, VerifyError, VerifyOptions};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -28,8 +28,8 @@ pub struct VerifyArgs {
     pub quiet: bool,
 }
 
-/// Runs `sovctl audit verify`: exit 0 valid, 1 the export is bad (or does not verify), 2 the
-/// files could not be read. With `--json` the report (or failure), typed findings included,
+/// Runs `sovctl audit verify`: exit 0 valid, 1 the export is bad (or does not verify), 2 a
+/// file could not be read (nothing was checked). With `--json` the report (or failure), typed findings included,
 /// goes to standard output as JSON.
 pub fn run_verify(args: VerifyArgs, json_out: bool) -> ExitCode {
     finish(verify(args, json_out))
@@ -78,7 +78,12 @@ fn verify(args: VerifyArgs, json_out: bool) -> CmdResult {
                 eprintln!("warning: {w}");
             }
             eprintln!("VERIFICATION FAILED: {}", e.error);
-            return Ok(Exit::Bad);
+            // A file that cannot be read was never checked (exit 2); anything else is an
+            // export that does not verify (exit 1).
+            return Ok(match e.error {
+                VerifyError::CannotRead { .. } | VerifyError::Unreadable { .. } => Exit::Usage,
+                _ => Exit::Bad,
+            });
         }
     };
     for w in &report.warnings {
