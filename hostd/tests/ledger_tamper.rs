@@ -229,10 +229,27 @@ fn untouched_export_verifies_with_totals() {
     let total = v.stdout.lines().find(|l| l.starts_with("TOTAL")).unwrap();
     assert!(total.ends_with("₹10,500.00"), "{total}");
 
-    // Without a pinned key it verifies too, but warns that the key is the export's own.
+    // Without a pinned key nothing is checked: a forged export signed by any key that claims
+    // the node's name would otherwise pass. Exit 2, and the message says how to pin.
     let v = run(
         sovctl_bin(),
         &["audit".into(), "verify".into(), out.display().to_string()],
+    );
+    assert_eq!(v.code, Some(2), "{v:#?}");
+    assert!(v.stderr.contains("--vkey"), "{v:#?}");
+    assert!(
+        v.stdout.is_empty(),
+        "no totals without a pinned key: {v:#?}"
+    );
+    // Trusting the export's own key is an explicit, loudly named choice, and warned about.
+    let v = run(
+        sovctl_bin(),
+        &[
+            "audit".into(),
+            "verify".into(),
+            "--trust-export-key".into(),
+            out.display().to_string(),
+        ],
     );
     assert_ok(&v);
     assert!(v.stderr.contains("self-asserted"), "{v:#?}");

@@ -14,9 +14,14 @@ use std::process::ExitCode;
 pub struct VerifyArgs {
     /// Export directory (checkpoint, log.vkey, records.jsonl).
     pub dir: PathBuf,
-    /// Verifier key to trust; defaults to DIR/log.vkey (trust on first use — pin it!).
-    #[arg(long)]
+    /// The node's log verifier key, obtained out of band (from the operator, or saved from
+    /// an earlier, trusted export): the export is checked against this key only.
+    #[arg(long, required_unless_present = "trust_export_key")]
     pub vkey: Option<PathBuf>,
+    /// INSECURE: trust the export's own log.vkey. Anyone can sign a forged export with a key
+    /// that claims the node's name; this proves only that the export is self-consistent.
+    #[arg(long, conflicts_with = "vkey")]
+    pub trust_export_key: bool,
     /// A checkpoint the auditor saw before; the new log must extend it.
     #[arg(long)]
     pub previous: Option<PathBuf>,
