@@ -425,6 +425,22 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
+    /// The node identity key follows the rule of every private key: group- or
+    /// world-accessible is refused at start, never merely warned about.
+    #[test]
+    fn a_node_key_readable_by_others_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        load_or_create_node_key(dir.path()).unwrap();
+        let path = dir.path().join(NODE_KEY_FILE);
+        for m in [0o666, 0o644, 0o640] {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(m)).unwrap();
+            let err = load_or_create_node_key(dir.path()).expect_err("refused");
+            assert!(err.to_string().contains("chmod 600"), "{err}");
+        }
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        load_or_create_node_key(dir.path()).unwrap();
+    }
+
     #[test]
     fn node_key_is_created_0600_and_reloaded() {
         let dir = tempfile::tempdir().unwrap();

@@ -10,13 +10,12 @@
 
 use attest::note::{NoteError, NoteSigner};
 use std::fs::{self, File};
-use std::io::{self, Read};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::io;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-use zeroize::Zeroizing;
 
 /// A signer key line is about 100 bytes; anything much larger is not a key file.
-const MAX_KEY_FILE_LEN: u64 = 4096;
+use keyfile::MAX_KEY_FILE_LEN;
 
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
@@ -75,39 +74,20 @@ pub fn load_or_create_log_key(path: &Path, name: &str) -> Result<NoteSigner, Key
 
 /// Loads an existing log key, with the same checks as [`load_or_create_log_key`].
 pub fn load_log_key(path: &Path, name: &str) -> Result<NoteSigner, KeyError> {
-    let mut file = File::open(path).map_err(io_err(path))?;
-    let meta = file.metadata().map_err(io_err(path))?;
-    if !meta.is_file() {
-        return Err(KeyError::NotAFile {
+    // The one key-file rule (keyfile): a regular file, small, no access for group or others.
+    let text = keyfile::read_private(path).map_err(|e| match e {
+        keyfile::KeyFileError::Permissions { path, mode } => KeyError::Permissions { path, mode },
+        keyfile::KeyFileError::NotAFile { path } => KeyError::NotAFile { path },
+        keyfile::KeyFileError::TooLarge { path } => KeyError::TooLarge { path },
+        keyfile::KeyFileError::Malformed { path, .. } => KeyError::Malformed {
+            path,
+            source: NoteError::MalformedSignerKey("not UTF-8"),
+        },
+        keyfile::KeyFileError::Io { path, source } => KeyError::Io { path, source },
+        other => KeyError::Io {
             path: path.to_owned(),
-        });
-    }
-    let mode = meta.mode() & 0o7777;
-    if mode & 0o077 != 0 {
-        return Err(KeyError::Permissions {
-            path: path.to_owned(),
-            mode,
-        });
-    }
-    if meta.len() > MAX_KEY_FILE_LEN {
-        return Err(KeyError::TooLarge {
-            path: path.to_owned(),
-        });
-    }
-    // Sized up front so the buffer never reallocates, which would leave an unwiped copy.
-    let mut buf = Zeroizing::new(Vec::with_capacity(MAX_KEY_FILE_LEN as usize + 1));
-    (&mut file)
-        .take(MAX_KEY_FILE_LEN + 1)
-        .read_to_end(&mut buf)
-        .map_err(io_err(path))?;
-    if buf.len() as u64 > MAX_KEY_FILE_LEN {
-        return Err(KeyError::TooLarge {
-            path: path.to_owned(),
-        });
-    }
-    let text = std::str::from_utf8(&buf).map_err(|_| KeyError::Malformed {
-        path: path.to_owned(),
-        source: NoteError::MalformedSignerKey("not UTF-8"),
+            source: io::Error::other(other.to_string()),
+        },
     })?;
     let signer = NoteSigner::from_skey(text.trim_end()).map_err(|source| KeyError::Malformed {
         path: path.to_owned(),
@@ -179,7 +159,7 @@ pub fn write_new_private(path: &Path, contents: &[u8]) -> Result<(), KeyError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     #[test]
     fn creates_a_0600_key_and_loads_it_back() {

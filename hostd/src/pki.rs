@@ -729,6 +729,22 @@ mod tests {
         )
     }
 
+    /// One rule for every private key the daemon reads: the TLS server key too is refused,
+    /// not merely warned about, once group or others may read it.
+    #[test]
+    fn a_tls_key_readable_by_others_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let pki = create(&tmp.path().join("dev-state")).unwrap();
+        let key = pki.server_key_path();
+        tls::server_config(&pki.ca_cert_path(), &pki.server_cert_path(), &key).unwrap();
+        for m in [0o644, 0o640, 0o604] {
+            fs::set_permissions(&key, fs::Permissions::from_mode(m)).unwrap();
+            let err = tls::server_config(&pki.ca_cert_path(), &pki.server_cert_path(), &key)
+                .expect_err("refused");
+            assert!(err.to_string().contains("chmod 600"), "{err}");
+        }
+    }
+
     #[test]
     fn creates_layout_with_private_keys_0600() {
         let tmp = tempfile::tempdir().unwrap();

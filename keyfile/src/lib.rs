@@ -158,7 +158,8 @@ pub fn read_private(path: &Path) -> Result<Zeroizing<String>, KeyFileError> {
             path: path.to_owned(),
         });
     }
-    let mut bytes = Zeroizing::new(Vec::with_capacity(meta.len() as usize));
+    // Sized up front so the buffer never reallocates, which would leave an unwiped copy.
+    let mut bytes = Zeroizing::new(Vec::with_capacity(MAX_KEY_FILE_LEN as usize + 1));
     Read::by_ref(&mut file)
         .take(MAX_KEY_FILE_LEN + 1)
         .read_to_end(&mut bytes)
@@ -168,12 +169,16 @@ pub fn read_private(path: &Path) -> Result<Zeroizing<String>, KeyFileError> {
             path: path.to_owned(),
         });
     }
-    match std::str::from_utf8(&bytes) {
-        Ok(s) => Ok(Zeroizing::new(s.to_owned())),
-        Err(_) => Err(KeyFileError::Malformed {
-            path: path.to_owned(),
-            expected: "a text key file",
-        }),
+    // Moved, not copied, into the zeroized String; a non-UTF-8 buffer is wiped on the way out.
+    match String::from_utf8(std::mem::take(&mut *bytes)) {
+        Ok(s) => Ok(Zeroizing::new(s)),
+        Err(e) => {
+            drop(Zeroizing::new(e.into_bytes()));
+            Err(KeyFileError::Malformed {
+                path: path.to_owned(),
+                expected: "a text key file",
+            })
+        }
     }
 }
 
