@@ -10,6 +10,8 @@
 //! - [`profile`]: a client profile (`profile.toml`): where a node is and which certificate
 //!   proves who we are to it.
 
+#![warn(missing_docs)]
+
 pub mod answer;
 pub mod gpu;
 pub mod lease;

@@ -70,6 +70,8 @@ impl Profile {
     /// The file inside a profile directory.
     pub const FILE_NAME: &'static str = "profile.toml";
 
+    /// A profile from its parts, taken as given: paths are not resolved or checked and the
+    /// server URL is not parsed (see [`parse_server_url`]).
     pub fn new(
         server: impl Into<String>,
         ca: impl Into<PathBuf>,
@@ -146,6 +148,7 @@ impl Profile {
 pub struct ServerUrl {
     /// Host name or IP address, without IPv6 brackets.
     pub host: String,
+    /// TCP port; 443 when the URL names none.
     pub port: u16,
     /// `host:port` as sent in the Host header.
     pub authority: String,

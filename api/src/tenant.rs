@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+/// Whether a tenant may place new leases.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TenantStatus {
@@ -23,13 +24,19 @@ impl TenantStatus {
     }
 }
 
+/// A tenant as the API shows it (`GET /v1/tenants`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Tenant {
+    /// The tenant's id: the last segment of its client certificate's SPIFFE URI, and the
+    /// `tenant` of its leases and usage records.
     pub id: String,
+    /// Display name of the organisation.
     pub name: String,
     /// ISO 3166 code of the tenant's home jurisdiction.
     pub jurisdiction: String,
+    /// Free-text contact (e.g. an e-mail address); may be empty.
     pub contact: String,
+    /// Whether it may place new leases.
     pub status: TenantStatus,
     /// RFC 3339 creation time.
     pub created: String,
@@ -39,9 +46,15 @@ pub struct Tenant {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct NewTenant {
+    /// The tenant's id ([`validate_id`]); the client certificates issued to it carry it as
+    /// the last segment of their SPIFFE URI.
     pub id: String,
+    /// Display name: not blank, at most 200 bytes of UTF-8.
     pub name: String,
+    /// ISO 3166 code of its home jurisdiction, e.g. `IN` or `IN-TG`
+    /// ([`validate_jurisdiction`]); residency policy rules refer to it.
     pub jurisdiction: String,
+    /// Free-text contact, at most 200 bytes of UTF-8; empty when absent.
     #[serde(default)]
     pub contact: String,
 }
@@ -86,6 +99,8 @@ pub fn validate_jurisdiction(code: &str) -> Result<(), String> {
 }
 
 impl NewTenant {
+    /// Checks the body's shape before it is stored: a valid id and jurisdiction, a non-blank
+    /// name and a contact of at most 200 bytes each. The error is a sentence for the client.
     pub fn validate(&self) -> Result<(), String> {
         validate_id("tenant", &self.id)?;
         if self.name.trim().is_empty() || self.name.len() > 200 {

@@ -8,27 +8,47 @@ use crate::record::{Record, UsageRecord};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+/// One line of an invoice: the usage records of one lease on one GPU model at one rate,
+/// summed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct InvoiceLine {
+    /// Id of the lease billed.
     pub lease: String,
+    /// The records' `gpu_model`.
     pub gpu_model: String,
+    /// Number of distinct GPUs (by UUID) among the records.
     pub gpus: usize,
+    /// The rate billed, paise per GPU-hour.
     pub rate_paise_per_hour: u64,
+    /// Total GPU time, milliseconds (exact; what the amount is computed from).
     pub gpu_ms: u64,
+    /// `gpu_ms / 3,600,000`: GPU-hours, for reading.
     pub gpu_hours: f64,
+    /// Total energy of the records, kilowatt-hours (joules / 3,600,000).
     pub energy_kwh: f64,
+    /// Sum of the records' `amount_paise`, in paise (1/100 rupee).
     pub amount_paise: u64,
+    /// Number of usage records summed into this line.
     pub records: usize,
 }
 
+/// A tenant's bill for a period, computed from the ledger's usage records by [`invoice`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Invoice {
+    /// Id of the tenant billed.
     pub tenant: String,
-    /// Inclusive start and exclusive end, RFC 3339, when given.
+    /// Inclusive start of the period (records whose interval starts at or after it),
+    /// RFC 3339; `None` for no lower bound.
     pub from: Option<String>,
+    /// Exclusive end of the period (records whose interval starts before it), RFC 3339;
+    /// `None` for no upper bound.
     pub to: Option<String>,
+    /// The invoice lines, one per lease, GPU model and rate.
     pub lines: Vec<InvoiceLine>,
+    /// Sum of the lines' amounts, paise.
     pub total_paise: u64,
+    /// `total_paise` in rupees with Indian digit grouping, e.g. `₹1,00,000.00`
+    /// ([`crate::money::format_inr`]).
     pub total: String,
     /// Ids of the records billed: each can be checked with its receipt.
     pub record_ids: Vec<u64>,
@@ -99,6 +119,7 @@ pub fn invoice(
 pub struct BillingError {
     /// Leaf index of the undecodable record.
     pub index: u64,
+    /// Why its bytes do not decode as a [`Record`].
     pub source: serde_json::Error,
 }
 

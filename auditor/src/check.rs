@@ -20,6 +20,8 @@ pub const MAX_LISTED_PROBLEMS: usize = 20;
 #[serde(tag = "problem", rename_all = "kebab-case")]
 #[non_exhaustive]
 pub enum RecordProblem {
+    /// The line ends in `\r`: the file went through a CRLF conversion, so its bytes (and
+    /// leaf hashes) are no longer the ones the node signed.
     #[error(
         "line ends with a carriage return (was records.jsonl converted to CRLF line endings?); \
          it does not match the signed log"
@@ -27,51 +29,101 @@ pub enum RecordProblem {
     CarriageReturn,
     /// Not JSON, or not a record of any known kind; `error` is the parser's message.
     #[error("not a valid record: {error}")]
-    Invalid { error: String },
+    Invalid {
+        /// The JSON parser's message (e.g. an unknown field, a missing field, bad syntax).
+        error: String,
+    },
     /// The record claims another id than its line number.
     #[error(
         "claims id {id} but is line {line} of records.jsonl (records were reordered, inserted \
          or removed)"
     )]
-    IdMismatch { id: u64, line: u64 },
+    IdMismatch {
+        /// The `id` the record claims.
+        id: u64,
+        /// Its line number in records.jsonl, counting from 0: the id it should have.
+        line: u64,
+    },
+    /// The record's schema version `v` is newer than this build knows: its fields cannot
+    /// be checked until the verifier is upgraded.
     #[error(
         "schema version {version} is newer than this sovctl understands ({supported}); upgrade \
          sovctl"
     )]
-    NewerSchema { version: u32, supported: u32 },
+    NewerSchema {
+        /// The `v` the record claims.
+        version: u32,
+        /// The newest version this build understands ([`RECORD_VERSION`]).
+        supported: u32,
+    },
+    /// A usage record's `attestation` is not the id of an earlier record, so it cannot name
+    /// the attestation result in force when it was metered.
     #[error("attestation {attestation} does not point to an earlier record")]
-    BadAttestationRef { attestation: u64 },
+    BadAttestationRef {
+        /// The `attestation` id the record claims (not below its own id).
+        attestation: u64,
+    },
+    /// A usage record bills another amount than its GPU time at its rate: the tenant was
+    /// over- or under-charged for this interval.
     #[error(
         "amount_paise {amount} does not equal gpu_ms {gpu_ms} at {rate} paise/hour ({expected})"
     )]
     AmountMismatch {
+        /// The record's `amount_paise`.
         amount: u64,
+        /// The record's `gpu_ms`: billed GPU time, milliseconds.
         gpu_ms: u64,
+        /// The record's `rate_paise_per_hour`.
         rate: u64,
+        /// `round_half_up(gpu_ms × rate / 3,600,000)` paise, what the amount should be
+        /// ([`crate::money::amount_paise`]).
         expected: u64,
     },
+    /// A usage record's human-readable `gpu_seconds` disagrees with its exact `gpu_ms`
+    /// (billing uses `gpu_ms`; the two must tell the same story).
     #[error("gpu_seconds {gpu_seconds} does not equal gpu_ms {gpu_ms} / 1000")]
-    GpuSecondsMismatch { gpu_seconds: f64, gpu_ms: u64 },
+    GpuSecondsMismatch {
+        /// The record's `gpu_seconds`.
+        gpu_seconds: f64,
+        /// The record's `gpu_ms`, milliseconds.
+        gpu_ms: u64,
+    },
+    /// A usage record's energy is negative, infinite or NaN: no energy counter gives that.
     #[error("energy_joules {energy_joules} is not a non-negative number")]
-    BadEnergy { energy_joules: f64 },
+    BadEnergy {
+        /// The record's `energy_joules`.
+        energy_joules: f64,
+    },
+    /// A usage record's `prev` is not the id of an earlier record, so the chain of the
+    /// lease's records is broken.
     #[error("prev {prev} does not point to an earlier record")]
-    BadPrev { prev: u64 },
+    BadPrev {
+        /// The `prev` id the record claims (not below its own id).
+        prev: u64,
+    },
 }
 
 /// Usage per tenant, summed over verified records.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct TenantTotals {
+    /// Number of the tenant's usage records counted.
     pub records: u64,
+    /// Sum of their `gpu_ms`: GPU time in milliseconds, exact.
     pub gpu_ms: u128,
+    /// Sum of their `energy_joules`, joules.
     pub energy_joules: f64,
+    /// Sum of their `amount_paise`: what the tenant is billed, in paise (1/100 rupee).
     pub amount_paise: u128,
 }
 
 /// Totals over an export's records.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Totals {
+    /// Number of records counted (those that passed their line checks), of every kind.
     pub records: u64,
+    /// Those records by `kind` tag (`usage`, `attestation`, `gpu-event`).
     pub by_kind: BTreeMap<String, u64>,
+    /// Usage totals by tenant id, from the usage records.
     pub tenants: BTreeMap<String, TenantTotals>,
 }
 

@@ -16,20 +16,44 @@ use std::path::{Path, PathBuf};
 /// Why an export could not be written.
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
+    /// Creating, writing or syncing a file or directory of the export failed.
     #[error("{path}: {source}")]
-    Io { path: PathBuf, source: io::Error },
+    Io {
+        /// The file or directory being written.
+        path: PathBuf,
+        /// The operating system's error.
+        source: io::Error,
+    },
+    /// The output directory already holds something; an export never overwrites or mixes
+    /// with other files.
     #[error("output directory {0} is not empty; refusing to overwrite (choose a new directory)")]
     OutNotEmpty(PathBuf),
+    /// The output path exists and is a file (or other non-directory).
     #[error("{0} exists and is not a directory")]
     OutNotDir(PathBuf),
+    /// A record's bytes contain `\n`, so it cannot be one line of records.jsonl (the node
+    /// never appends such a leaf).
     #[error("record {index} contains a newline and cannot be written as one JSON line")]
-    NewlineInRecord { index: u64 },
+    NewlineInRecord {
+        /// Leaf index of the offending record.
+        index: u64,
+    },
+    /// The record source supplied another number of records than the checkpoint covers; the
+    /// export would not verify, so it is removed.
     #[error(
         "the export is incomplete: the checkpoint covers {expected} records but {written} were supplied"
     )]
-    CountMismatch { expected: u64, written: u64 },
+    CountMismatch {
+        /// Tree size of the checkpoint being exported.
+        expected: u64,
+        /// Records the source supplied.
+        written: u64,
+    },
+    /// The checkpoint note to write does not parse as a signed note holding a checkpoint
+    /// (its signature is not checked here); the message says why.
     #[error("the checkpoint to export is malformed: {0}")]
     BadCheckpoint(String),
+    /// The verifier key to write is not one line; the message says why.
     #[error("the verifier key to export is malformed: {0}")]
     BadVkey(String),
 }
@@ -48,6 +72,7 @@ pub struct ExportSummary {
     pub records: u64,
     /// Size the checkpoint covers (equals `records` unless the state was damaged).
     pub checkpoint_size: u64,
+    /// Receipt files written under `receipts/`.
     pub receipts: usize,
     /// Damage found in the exported state; empty for a healthy node. The files were written
     /// anyway, as they are, so an auditor can see it.

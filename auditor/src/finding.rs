@@ -22,25 +22,48 @@ pub enum Finding {
     // --- records.jsonl against the checkpoint
     /// Line `index` of records.jsonl fails its checks.
     #[error("record {index}: {problem}")]
-    BadRecord { index: u64, problem: RecordProblem },
+    BadRecord {
+        /// Line number in records.jsonl, counting from 0: the id the record should have.
+        index: u64,
+        /// Which check the line failed.
+        problem: RecordProblem,
+    },
     /// More records failed than are listed.
     #[error("… and {count} more invalid records")]
-    MoreInvalidRecords { count: u64 },
+    MoreInvalidRecords {
+        /// Invalid records beyond the first [`crate::check::MAX_LISTED_PROBLEMS`] that are
+        /// listed as [`Finding::BadRecord`]s.
+        count: u64,
+    },
     /// The file does not end with a newline: its last record is cut.
     #[error(
         "records.jsonl does not end with a newline: record {record} is incomplete (the export \
          was truncated)"
     )]
-    Unterminated { record: u64 },
+    Unterminated {
+        /// Index of the last, incomplete record (the number of lines minus one).
+        record: u64,
+    },
     /// Fewer records than the checkpoint covers.
     #[error("export truncated: the checkpoint covers {signed_size} records but records.jsonl has {lines}")]
-    Truncated { signed_size: u64, lines: u64 },
+    Truncated {
+        /// Number of records the export's checkpoint signs (its tree size).
+        signed_size: u64,
+        /// Number of records found in records.jsonl, fewer than `signed_size`.
+        lines: u64,
+    },
     /// More records than the checkpoint covers.
     #[error(
         "records.jsonl has {lines} records but the checkpoint covers only {signed_size}: records \
          {signed_size}..{} are not signed", .lines - 1
     )]
-    UnsignedRecords { lines: u64, signed_size: u64 },
+    UnsignedRecords {
+        /// Number of records found in records.jsonl, more than `signed_size`.
+        lines: u64,
+        /// Number of records the export's checkpoint signs; records from this index on are
+        /// not covered by any signature.
+        signed_size: u64,
+    },
     /// The records' root at the checkpoint's size is not the signed one.
     #[error(
         "records.jsonl does not match the signed log: root mismatch at size {size} (records give \
@@ -48,9 +71,12 @@ pub enum Finding {
         b64(.computed), b64(.signed)
     )]
     RootMismatch {
+        /// The checkpoint's tree size, at which the two roots were compared.
         size: u64,
+        /// RFC 6962 root recomputed from the first `size` lines of records.jsonl.
         #[serde(serialize_with = "ser::hash")]
         computed: Hash,
+        /// Root the checkpoint signs for that size.
         #[serde(serialize_with = "ser::hash")]
         signed: Hash,
     },
@@ -62,24 +88,37 @@ pub enum Finding {
          another log?)"
     )]
     PreviousDoesNotVerify {
+        /// The previous checkpoint file the auditor supplied (`--previous`).
         file: String,
+        /// The verifier key it was checked with, in `name+keyid+base64` form.
         vkey: String,
+        /// Why it was refused (bad signature, unknown key, origin not the key name, malformed).
         #[serde(serialize_with = "ser::display")]
         error: CheckpointError,
     },
     /// The previous checkpoint is larger than the export's: the log was truncated.
     #[error("log truncated: previous checkpoint size {previous_size} > {size}")]
-    PreviousLarger { previous_size: u64, size: u64 },
+    PreviousLarger {
+        /// Tree size the previous checkpoint signs.
+        previous_size: u64,
+        /// Tree size the export's checkpoint signs, smaller than `previous_size`.
+        size: u64,
+    },
     /// The consistency proof file is for other sizes than the two checkpoints.
     #[error(
         "consistency proof {file} is from size {proof_old} to {proof_new}, but the checkpoints \
          are for sizes {previous_size} and {size}"
     )]
     ProofSizeMismatch {
+        /// The consistency proof file the auditor supplied (`--consistency`).
         file: String,
+        /// The `old` size written in the proof file.
         proof_old: u64,
+        /// The `new` size written in the proof file.
         proof_new: u64,
+        /// Tree size of the previous checkpoint, which `proof_old` should equal.
         previous_size: u64,
+        /// Tree size of the export's checkpoint, which `proof_new` should equal.
         size: u64,
     },
     /// The consistency proof does not verify: the log does not extend the previous checkpoint.
@@ -88,8 +127,11 @@ pub enum Finding {
          {previous_size} ({reason}): it was rewritten or forked"
     )]
     ProofRejected {
+        /// Tree size of the export's checkpoint (the proof's new size).
         size: u64,
+        /// Tree size of the previous checkpoint (the proof's old size).
         previous_size: u64,
+        /// Why the proof failed to link the two signed roots.
         #[serde(serialize_with = "ser::display")]
         reason: Inconsistency,
     },
@@ -101,9 +143,12 @@ pub enum Finding {
         b64(.computed), b64(.signed)
     )]
     LogRewritten {
+        /// Tree size of the previous checkpoint, at which the roots were compared.
         previous_size: u64,
+        /// RFC 6962 root recomputed from the first `previous_size` lines of records.jsonl.
         #[serde(serialize_with = "ser::hash")]
         computed: Hash,
+        /// Root the previous checkpoint signs for that size.
         #[serde(serialize_with = "ser::hash")]
         signed: Hash,
     },
@@ -111,46 +156,78 @@ pub enum Finding {
     #[error(
         "log truncated: previous checkpoint size {previous_size} > {lines} records in the export"
     )]
-    PreviousBeyondRecords { previous_size: u64, lines: u64 },
+    PreviousBeyondRecords {
+        /// Tree size the previous checkpoint signs.
+        previous_size: u64,
+        /// Number of records in records.jsonl, fewer than `previous_size`.
+        lines: u64,
+    },
 
     // --- receipts
+    /// A receipt file could not be read (not a regular file, too large, not UTF-8, I/O
+    /// error): the record it names is not proven by it.
     #[error("cannot read receipt {file}: {error}")]
     ReceiptUnreadable {
+        /// The receipt file, `receipts/<id>.tlog-proof` in the export.
         file: String,
+        /// Why it could not be read.
         #[serde(serialize_with = "ser::display")]
         error: SourceError,
     },
+    /// A receipt file is not a valid c2sp.org/tlog-proof: it proves nothing.
     #[error("receipt {file}: {error}")]
     ReceiptMalformed {
+        /// The receipt file, `receipts/<id>.tlog-proof` in the export.
         file: String,
+        /// What the receipt parser refused.
         #[serde(serialize_with = "ser::display")]
         error: ReceiptError,
     },
     /// The receipt's index is not the id in its file name.
     #[error("receipt {file} is for record {index}, not {named}")]
     ReceiptIndexMismatch {
+        /// The receipt file.
         file: String,
+        /// The leaf index the receipt's `index` line proves.
         index: u64,
+        /// The record id its file name (`<id>.tlog-proof`) claims.
         named: u64,
     },
+    /// The checkpoint inside a receipt is not signed by the trusted key: the receipt was
+    /// not issued by this log (or was altered), so it proves nothing about it.
     #[error(
         "record {record}: receipt {file} carries a checkpoint that does not verify with key \
          {vkey}: {error}"
     )]
     ReceiptCheckpointDoesNotVerify {
+        /// The record id the receipt is for.
         record: u64,
+        /// The receipt file.
         file: String,
+        /// The verifier key it was checked with, in `name+keyid+base64` form.
         vkey: String,
+        /// Why the receipt's checkpoint was refused.
         #[serde(serialize_with = "ser::display")]
         error: CheckpointError,
     },
+    /// A receipt names a record beyond the end of records.jsonl: the node issued a receipt
+    /// for a record the export does not contain (the export is truncated or the record was
+    /// removed).
     #[error("record {record}: has a receipt ({file}) but is not in records.jsonl")]
-    ReceiptRecordMissing { record: u64, file: String },
+    ReceiptRecordMissing {
+        /// The record id the receipt is for, at or beyond the number of lines.
+        record: u64,
+        /// The receipt file.
+        file: String,
+    },
     /// The record's line is not the leaf the receipt proves.
     #[error("record {record}: line does not match its receipt {file} ({error})")]
     ReceiptMismatch {
+        /// The record id the receipt is for (its line in records.jsonl).
         record: u64,
+        /// The receipt file.
         file: String,
+        /// How the inclusion proof failed for the line's leaf hash.
         #[serde(serialize_with = "ser::display")]
         error: ProofError,
     },
@@ -160,8 +237,11 @@ pub enum Finding {
          not reproduce"
     )]
     ReceiptTreeNotReproduced {
+        /// The record id the receipt is for.
         record: u64,
+        /// The receipt file.
         file: String,
+        /// Tree size of the checkpoint the receipt carries.
         size: u64,
     },
 }
@@ -169,8 +249,11 @@ pub enum Finding {
 /// Why a consistency proof from the previous checkpoint was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Inconsistency {
+    /// The RFC 9162 consistency proof does not lead from the previous root to the export's.
     #[error("{0}")]
     Proof(#[from] ProofError),
+    /// The previous checkpoint signs size 0 with a root other than SHA-256 of nothing, so
+    /// no log extends it.
     #[error("the previous checkpoint claims size 0 with a non-empty root")]
     NonEmptyRootAtZero,
 }
@@ -186,12 +269,18 @@ pub enum Warning {
          this proves the export is internally consistent, not that this node signed it — pin \
          the node's key with --vkey"
     )]
-    SelfAssertedKey { file: String },
+    SelfAssertedKey {
+        /// The export's own key file whose key was used (`log.vkey` in the export).
+        file: String,
+    },
     /// The export ships another key than the pinned one.
     #[error(
         "the export's own {VKEY_FILE} ({export_key}) differs from the pinned key; it is ignored"
     )]
-    ExportKeyDiffers { export_key: String },
+    ExportKeyDiffers {
+        /// The key the export's `log.vkey` holds, trimmed; the pinned key was used instead.
+        export_key: String,
+    },
     /// A valid receipt against a checkpoint newer than the export's.
     #[error(
         "record {record}: receipt {file} is against a later checkpoint (size {receipt_size} > \
@@ -199,12 +288,19 @@ pub enum Warning {
          checked"
     )]
     ReceiptAgainstLaterCheckpoint {
+        /// The record id the receipt is for.
         record: u64,
+        /// The receipt file.
         file: String,
+        /// Tree size of the checkpoint inside the receipt.
         receipt_size: u64,
+        /// Tree size of the export's checkpoint, smaller than `receipt_size`.
         size: u64,
     },
     /// A file in the receipts directory that is not named like a receipt.
     #[error("ignoring {file}: not <id>.{RECEIPT_EXT}")]
-    IgnoredFile { file: String },
+    IgnoredFile {
+        /// The ignored entry of the receipts directory.
+        file: String,
+    },
 }

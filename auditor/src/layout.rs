@@ -48,26 +48,40 @@ pub fn receipt_id(file_name: &str) -> Option<u64> {
 /// checkpoints is refused with a precise message rather than a failed hash comparison.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsistencyProof {
+    /// Tree size of the earlier checkpoint (the `old` line).
     pub old_size: u64,
+    /// Tree size of the later checkpoint (the `new` line), at least `old_size`.
     pub new_size: u64,
+    /// The RFC 9162 §2.1.4 proof hashes, in order; empty when the sizes are equal or the old
+    /// size is 0. At most [`MAX_PROOF_HASHES`].
     pub hashes: Vec<Hash>,
 }
 
 /// Why a consistency proof file was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProofParseError {
+    /// The text does not end with `\n` (a cut file, or not a proof file).
     #[error("consistency proof must end with a newline")]
     MissingNewline,
+    /// The first line is not [`CONSISTENCY_HEADER`]: another format or version.
     #[error("consistency proof must start with the line {CONSISTENCY_HEADER:?}")]
     MissingHeader,
     /// The `old` or `new` line (named by `label`) is missing or not a plain decimal.
     #[error("consistency proof has no valid `{label} <decimal size>` line")]
-    InvalidSize { label: &'static str },
+    InvalidSize {
+        /// `old` or `new`.
+        label: &'static str,
+    },
+    /// More than [`MAX_PROOF_HASHES`] hash lines: more than any proof between 64-bit sizes
+    /// needs.
     #[error("consistency proof has more than {MAX_PROOF_HASHES} hashes")]
     TooManyHashes,
     /// Hash number `number` (counting from 1) is not the standard base64 of 32 bytes.
     #[error("consistency proof hash #{number} is not the standard base64 of 32 bytes")]
-    InvalidHash { number: usize },
+    InvalidHash {
+        /// Position of the bad hash line among the hashes, counting from 1.
+        number: usize,
+    },
 }
 
 impl ConsistencyProof {

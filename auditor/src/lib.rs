@@ -45,6 +45,8 @@
 //! signed roots, record index, file); its `Display` is the message `sovctl audit verify`
 //! prints, and it serialises to JSON. [`summary::format_summary`] renders a valid report.
 
+#![warn(missing_docs)]
+
 pub mod billing;
 pub mod check;
 pub mod export;

@@ -33,6 +33,8 @@ pub struct AttestationRecord {
     pub v: u32,
     /// Leaf index of this record in the ledger.
     pub id: u64,
+    /// Name of the node whose log holds the record (its configured node name, e.g.
+    /// `node-1.example`).
     pub node: String,
     /// When the node received and appended it, RFC 3339 UTC.
     pub received: String,
@@ -74,16 +76,21 @@ pub struct GpuEventRecord {
     pub v: u32,
     /// Leaf index of this record in the ledger.
     pub id: u64,
+    /// Name of the node whose log holds the record (its configured node name).
     pub node: String,
     /// When the change was seen, RFC 3339 UTC.
     pub at: String,
+    /// What changed.
     pub event: GpuEventKind,
     /// NVML index of the GPU.
     pub gpu_index: u32,
     /// UUID of the GPU (the last one known, if it no longer answers).
     pub gpu_uuid: String,
-    /// The state before and after, where the event has one (e.g. CC mode, driver version).
+    /// The state before the change, where the event has one (CC mode `on`/`off`/`unknown`,
+    /// the driver version, or `ok`/`not answering` for `lost` and `recovered`).
     pub from: Option<String>,
+    /// The state after the change, where the event has one; `None` for `appeared` and
+    /// `disappeared`.
     pub to: Option<String>,
 }
 
@@ -95,13 +102,21 @@ pub struct UsageRecord {
     pub v: u32,
     /// Leaf index of this record in the ledger.
     pub id: u64,
+    /// Name of the node that metered the use (its configured node name, e.g.
+    /// `node-1.example`).
     pub node: String,
+    /// Id of the tenant billed: the lease's tenant.
     pub tenant: String,
+    /// Id of the lease the GPU was held under.
     pub lease: String,
+    /// UUID of the GPU used, as NVML reports it (`GPU-…`).
     pub gpu_uuid: String,
+    /// Model of that GPU as the lease holds it (the short model the rate is configured for,
+    /// e.g. `H100`); invoices group by it.
     pub gpu_model: String,
-    /// Interval start and end, RFC 3339 UTC.
+    /// Interval start (inclusive), RFC 3339 UTC with milliseconds.
     pub start: String,
+    /// Interval end (exclusive), RFC 3339 UTC with milliseconds; `end - start` is `gpu_ms`.
     pub end: String,
     /// Leased GPU time in the interval, in milliseconds (exact; `gpu_seconds` is derived).
     pub gpu_ms: u64,

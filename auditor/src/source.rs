@@ -21,12 +21,20 @@ pub enum SourceError {
     /// The operating system's error, e.g. `No such file or directory (os error 2)`.
     #[error("{0}")]
     Io(Arc<io::Error>),
+    /// The path (after following symlinks) is a directory, device, FIFO or socket rather
+    /// than a regular file; it is refused so that reading it cannot block or run forever.
     #[error("not a regular file")]
     NotRegularFile,
+    /// A small text file (checkpoint, key, receipt, proof) is larger than any real one.
     #[error("larger than {limit} bytes")]
-    TooLarge { limit: u64 },
+    TooLarge {
+        /// The most bytes read, [`MAX_TEXT_LEN`].
+        limit: u64,
+    },
+    /// A text file is not valid UTF-8, so it cannot be a note, key or proof.
     #[error("stream did not contain valid UTF-8")]
     NotUtf8,
+    /// The path given as an export is not a directory.
     #[error("{0} is not an export directory")]
     NotExportDir(PathBuf),
 }
@@ -77,6 +85,7 @@ impl DirSource {
         Ok(Self { dir })
     }
 
+    /// The export directory this source reads.
     pub fn dir(&self) -> &Path {
         &self.dir
     }

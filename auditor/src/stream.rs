@@ -19,12 +19,21 @@ pub const MAX_RECORD_LEN: usize = CHUNK;
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum StreamError {
+    /// Reading the file failed; the operating system's error.
     #[error("cannot read records.jsonl: {0}")]
     Read(Arc<io::Error>),
+    /// A line is longer than any record can be; the file is not an export (and reading
+    /// on would make memory use unbounded).
     #[error("records.jsonl has a line longer than {limit} bytes: not an export")]
-    LineTooLong { limit: usize },
+    LineTooLong {
+        /// The longest line accepted, in bytes ([`MAX_RECORD_LEN`]).
+        limit: usize,
+    },
+    /// A worker thread hashing and checking records ended early (it panicked); a bug in
+    /// the verifier, not a property of the export.
     #[error("verification worker stopped")]
     WorkerStopped,
+    /// The file has more lines than a tree size can count (2^64 - 1).
     #[error("records.jsonl: {0}")]
     TreeFull(#[from] TreeFull),
 }
@@ -41,6 +50,7 @@ pub struct StreamOutcome {
     pub roots: BTreeMap<u64, Hash>,
     /// Leaf hashes of the requested record indices that exist.
     pub leaf_hashes: BTreeMap<u64, Hash>,
+    /// Counts by kind and per-tenant usage over the records that passed their checks.
     pub totals: Totals,
     /// The first record-level problems ([`MAX_LISTED_PROBLEMS`] [`Finding::BadRecord`]s), in
     /// record order.

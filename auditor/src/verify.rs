@@ -32,7 +32,10 @@ use std::path::Path;
 /// consistency proof): its name for messages, and its text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Supplied {
+    /// How messages and findings name the file (for a file read from disk, its path as
+    /// given).
     pub name: String,
+    /// The file's whole content, UTF-8.
     pub text: String,
 }
 
@@ -67,10 +70,16 @@ pub struct VerifyOptions {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum FileRole {
+    /// The key verification trusts: the pinned `--vkey` file or the export's `log.vkey`.
     VerifierKey,
+    /// The export's own signed checkpoint (`checkpoint`).
     Checkpoint,
+    /// A checkpoint the auditor kept from an earlier visit (`--previous`).
     PreviousCheckpoint,
+    /// A consistency proof file from the previous checkpoint to the export's
+    /// (`--consistency`).
     ConsistencyProof,
+    /// A `receipts/<id>.tlog-proof` file.
     Receipt,
 }
 
@@ -91,10 +100,14 @@ impl fmt::Display for FileRole {
 #[serde(tag = "failure", rename_all = "kebab-case")]
 #[non_exhaustive]
 pub enum VerifyError {
+    /// A key or checkpoint needed to go on could not be read.
     #[error("cannot read {what} {file}: {error}")]
     CannotRead {
+        /// What the file is for.
         what: FileRole,
+        /// The file, as the source or the auditor names it.
         file: String,
+        /// Why it could not be read.
         #[source]
         #[serde(serialize_with = "ser::display")]
         error: SourceError,
@@ -102,29 +115,44 @@ pub enum VerifyError {
     /// The records file or the receipts directory cannot be read.
     #[error("cannot read {file}: {error}")]
     Unreadable {
+        /// `records.jsonl` or the `receipts` directory, as the source names it.
         file: String,
+        /// Why it could not be read.
         #[source]
         #[serde(serialize_with = "ser::display")]
         error: SourceError,
     },
+    /// The verifier key is not a `name+keyid+base64` Ed25519 key, so nothing can be checked.
     #[error("verifier key {file} is malformed: {error}")]
     MalformedKey {
+        /// The key file (pinned `--vkey`, or the export's `log.vkey`).
         file: String,
+        /// What the key parser refused.
         #[source]
         #[serde(serialize_with = "ser::display")]
         error: NoteError,
     },
+    /// The export's checkpoint is not signed by the trusted key (or is malformed, or its
+    /// origin is not the key name): nothing in the export can be tied to the node, so
+    /// verification stops here.
     #[error("checkpoint signature does not verify with key {vkey}: {error} ({file})")]
     CheckpointDoesNotVerify {
+        /// The trusted verifier key, in `name+keyid+base64` form.
         vkey: String,
+        /// The export's checkpoint file.
         file: String,
+        /// Why the checkpoint was refused.
         #[source]
         #[serde(serialize_with = "ser::display")]
         error: CheckpointError,
     },
+    /// The consistency proof file is not in the `sovereign-host/consistency-proof@v1`
+    /// format ([`crate::layout::ConsistencyProof`]).
     #[error("{file}: {error}")]
     MalformedProof {
+        /// The consistency proof file the auditor supplied.
         file: String,
+        /// What the parser refused.
         #[source]
         #[serde(serialize_with = "ser::display")]
         error: ProofParseError,
@@ -132,6 +160,7 @@ pub enum VerifyError {
     /// The pass over the records failed (a read error, a line too long to be a record).
     #[error("{error}")]
     Records {
+        /// What stopped the pass.
         #[from]
         #[serde(serialize_with = "ser::display")]
         error: StreamError,
@@ -142,6 +171,7 @@ pub enum VerifyError {
 #[derive(Debug, Clone, Serialize, thiserror::Error)]
 #[error("{error}")]
 pub struct VerifyFailure {
+    /// The step that could not proceed, and why.
     pub error: VerifyError,
     /// Warnings gathered before the failure (e.g. that the export's key differs from the
     /// pinned one), which often explain it.
@@ -153,28 +183,45 @@ pub struct VerifyFailure {
 #[serde(tag = "how", rename_all = "kebab-case")]
 pub enum PreviousCheck {
     /// The consistency proof file verified.
-    ProofVerified { old_size: u64 },
+    ProofVerified {
+        /// Tree size of the previous checkpoint.
+        old_size: u64,
+    },
     /// The root at the old size was recomputed from the records and matched.
-    Recomputed { old_size: u64 },
+    Recomputed {
+        /// Tree size of the previous checkpoint: the number of leading records rehashed.
+        old_size: u64,
+    },
 }
 
 /// The outcome of verifying an export. Valid when `problems` is empty.
 #[derive(Debug, Clone, Serialize)]
 pub struct VerifyReport {
+    /// The verifier key everything was checked against, in `name+keyid+base64` form.
     pub vkey: String,
     /// Whether the key was pinned rather than taken from the export itself.
     pub key_pinned: bool,
+    /// The export's checkpoint (origin, tree size, root), whose signature verified.
     #[serde(serialize_with = "ser::checkpoint")]
     pub checkpoint: Checkpoint,
+    /// Number of lines in records.jsonl, counting an unterminated last one.
     pub records: u64,
+    /// Counts by kind and per-tenant usage, summed over the records that passed their
+    /// line checks.
     pub totals: Totals,
+    /// How the previous checkpoint was shown to be extended by the export's; `None` when
+    /// none was given or the check failed (a finding then says why).
     pub previous: Option<PreviousCheck>,
+    /// Number of receipts whose proof and tree both checked out against the records.
     pub receipts_verified: usize,
+    /// Things the auditor should know that do not make the export invalid.
     pub warnings: Vec<Warning>,
+    /// Everything that makes the export invalid; empty for a valid export.
     pub problems: Vec<Finding>,
 }
 
 impl VerifyReport {
+    /// Whether the export verified: no [`Finding`] was recorded (warnings do not count).
     pub fn is_valid(&self) -> bool {
         self.problems.is_empty()
     }

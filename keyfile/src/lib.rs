@@ -18,6 +18,8 @@
 //! `golang.org/x/mod/sumdb/note` signer format instead, which their callers parse; the file
 //! rules are the same.
 
+#![warn(missing_docs)]
+
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
