@@ -1,11 +1,11 @@
 //! Offline verification of an export: [`verify_export`].
 //!
-//! The steps, each a function below: [`key`] (which key to trust), [`checkpoint`] (its
-//! signature), [`previous`] (a checkpoint seen earlier, and a consistency proof to it),
-//! [`receipts`] (each file names its record and carries a signed checkpoint), then one
+//! The steps, each a function below: `key` (which key to trust), `checkpoint` (its
+//! signature), `previous` (a checkpoint seen earlier, and a consistency proof to it),
+//! `receipts` (each file names its record and carries a signed checkpoint), then one
 //! streaming pass over the records ([`crate::stream`]) whose results are checked against the
-//! checkpoint ([`check_records`]), the previous checkpoint ([`check_previous_recomputed`])
-//! and the receipts ([`check_receipts`]).
+//! checkpoint (`check_records`), the previous checkpoint (`check_previous_recomputed`)
+//! and the receipts (`check_receipts`).
 //!
 //! A step that cannot proceed (an unreadable file, a checkpoint that does not verify) ends
 //! verification with a [`VerifyFailure`]; everything else is collected in the

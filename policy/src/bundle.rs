@@ -17,7 +17,7 @@
 //! Signing a statement rather than the policy text keeps the policy free of the note's text
 //! restrictions (tabs, control characters) and lets auditors verify with any signed-note tool.
 //! Keys use the note signer/verifier key encodings (`PRIVATE+KEY+name+id+base64` and
-//! `name+id+base64`, Ed25519 algorithm byte 0x01, id = SHA-256(name || 0x0A || 0x01 || key)[:4]).
+//! `name+id+base64`, Ed25519 algorithm byte 0x01, id = `SHA-256(name || 0x0A || 0x01 || key)[:4]`).
 
 use crate::load::{from_toml_str, LoadError};
 use crate::model::{Policy, PolicyDigest};
