@@ -36,6 +36,7 @@ mod attestation;
 mod audit;
 mod error;
 mod gpus;
+mod json_errors;
 mod leases;
 mod node;
 mod tenants;
@@ -96,5 +97,6 @@ pub fn router(node: Arc<Node>) -> Router {
             limit,
             crate::limits::enforce,
         ))
+        .layer(axum::middleware::map_response(json_errors::json_errors))
         .with_state(node)
 }

@@ -351,15 +351,18 @@ fn print_invoice(v: &Invoice) {
 /// `sovctl audit export`: checkpoint, key, the records it covers and receipts, written in
 /// the export layout an auditor verifies offline.
 pub async fn audit_export(c: Client, out: PathBuf, receipts: Vec<u64>) -> CmdResult {
+    // Receipts first, then the checkpoint: the log only grows, so every receipt is against a
+    // tree no larger than the exported one, and the verifier ties each receipt to the export
+    // by recomputing the root at its size from the exported records.
+    let mut got = Vec::new();
+    for id in receipts {
+        got.push((id, c.receipt(id).await?.receipt));
+    }
     let checkpoint = c.checkpoint().await?;
     let size = checkpoint_size(&checkpoint)
         .ok_or_else(|| Fail::bad("the node's checkpoint is malformed"))?;
     let vkey = c.vkey().await?;
     let records = c.records(&RecordsQuery { size: Some(size) }).await?;
-    let mut got = Vec::new();
-    for id in receipts {
-        got.push((id, c.receipt(id).await?.receipt));
-    }
     let lines = records
         .split(|b| *b == b'\n')
         .filter(|l| !l.is_empty())

@@ -99,4 +99,6 @@ fn tenant_leases_an_h100_is_metered_billed_and_audited_offline() {
     let report = export_and_verify(&node, &export, &["--receipt", &rid]);
     assert!(report.contains("hyd-speech"), "{report}");
     assert!(report.contains(&format_inr(expected)), "{report}");
+    // The receipt was fetched before the exported checkpoint, so it is tied to the export.
+    assert!(report.contains("receipts verified: 1"), "{report}");
 }
