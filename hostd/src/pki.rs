@@ -176,6 +176,40 @@ impl CertificateAuthority {
         })
     }
 
+    /// Issues a subordinate CA (CA:TRUE, no path length limit) under this one. hostd accepts
+    /// no client certificate issued through one (see `tls`): this exists so tests can prove it.
+    pub fn issue_intermediate(
+        &self,
+        common_name: &str,
+        validity: Validity,
+    ) -> Result<CertificateAuthority, PkiError> {
+        validity.check()?;
+        let key = Zeroizing::new(KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?);
+        let mut params = CertificateParams::default();
+        params.distinguished_name = DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        params.use_authority_key_identifier_extension = true;
+        params.serial_number = Some(random_serial());
+        params.not_before = validity.not_before;
+        params.not_after = validity.not_after;
+        let cert = params.clone().signed_by(&*key, &self.issuer, &self.key)?;
+        // rcgen signs with an issuer built from the same parameters and key.
+        let issuer = params.self_signed(&key)?;
+        Ok(CertificateAuthority {
+            cert_pem: cert.pem(),
+            cert_der: cert.der().clone(),
+            issuer,
+            key,
+        })
+    }
+
     /// Loads a CA from its PEM certificate and PEM private key (PKCS#8), checking that the key
     /// belongs to the certificate and that the certificate is a CA.
     pub fn load(cert_path: &Path, key_path: &Path) -> Result<Self, PkiError> {

@@ -95,6 +95,68 @@ fn root_store(ca_pem: &Path) -> Result<RootCertStore, TlsError> {
     Ok(roots)
 }
 
+/// The client certificates hostd accepts: a leaf issued directly by a CA in the node's CA
+/// file, nothing longer. The API CA signs leaves only (docs/pki.md); a chain through a
+/// subordinate CA, even one that CA issued with CA:TRUE, is refused in the handshake, so
+/// whoever holds a leaf's key cannot mint principals. (webpki alone does not enforce the
+/// CA's path length here.) Everything else is the WebPKI verifier's.
+#[derive(Debug)]
+struct LeafOnly(Arc<dyn rustls::server::danger::ClientCertVerifier>);
+
+impl rustls::server::danger::ClientCertVerifier for LeafOnly {
+    fn offer_client_auth(&self) -> bool {
+        self.0.offer_client_auth()
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        self.0.client_auth_mandatory()
+    }
+
+    fn root_hint_subjects(&self) -> &[rustls::DistinguishedName] {
+        self.0.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::server::danger::ClientCertVerified, rustls::Error> {
+        if !intermediates.is_empty() {
+            tracing::warn!(
+                intermediates = intermediates.len(),
+                "client certificate chain through a subordinate CA refused"
+            );
+            return Err(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::ApplicationVerificationFailure,
+            ));
+        }
+        self.0.verify_client_cert(end_entity, intermediates, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
+}
+
 /// The hostd server config: TLS 1.3 only, client certificate mandatory and verified against
 /// `ca_pem` (every certificate in that file is a trust anchor), no session resumption.
 pub fn server_config(
@@ -104,8 +166,9 @@ pub fn server_config(
 ) -> Result<Arc<ServerConfig>, TlsError> {
     let provider = provider();
     let roots = root_store(ca_pem)?;
-    let verifier =
-        WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone()).build()?;
+    let verifier = Arc::new(LeafOnly(
+        WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone()).build()?,
+    ));
     let chain = load_certs(cert)?;
     let private_key = load_private_key(key)?;
     let mut config = ServerConfig::builder_with_provider(provider)

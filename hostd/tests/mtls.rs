@@ -412,6 +412,52 @@ async fn expired_and_not_yet_valid_certificates_are_refused() {
     assert_eq!(node.hits.load(Ordering::SeqCst), 1);
 }
 
+/// The CA signs leaves only: a certificate issued through a subordinate CA that the node's CA
+/// issued with CA:TRUE (the chain sent in full) is refused in the handshake, although each
+/// link verifies; the same principal issued directly by the CA is served.
+#[tokio::test]
+async fn a_chain_through_a_subordinate_ca_is_refused() {
+    let node = start().await;
+    let ops = Principal::new(TD, Role::Operator, "operator").unwrap();
+    let sub = node
+        .pki
+        .ca()
+        .issue_intermediate("rogue sub-CA", Validity::days_from_now(30))
+        .unwrap();
+    let leaf = issue_client(&sub, &ops, Validity::days_from_now(1)).unwrap();
+    let dir = node._tmp.path().join("sub");
+    std::fs::create_dir_all(&dir).unwrap();
+    leaf.write(&dir.join("leaf.pem"), &dir.join("key.pem"))
+        .unwrap();
+    let chain = format!("{}{}", leaf.cert_pem(), sub.cert_pem());
+    std::fs::write(dir.join("cert.pem"), chain).unwrap();
+    let config = raw_config(
+        &node.pki.ca_cert_path(),
+        Some((&dir.join("cert.pem"), &dir.join("key.pem"))),
+        &[&rustls::version::TLS13],
+    );
+    assert!(
+        matches!(raw_outcome(node.addr, config).await, Outcome::Alert(_)),
+        "a chain through a sub-CA must be refused in the handshake"
+    );
+    let client = Client::new(&Profile::new(
+        &node.url,
+        node.pki.ca_cert_path(),
+        dir.join("cert.pem"),
+        dir.join("key.pem"),
+    ))
+    .unwrap();
+    let err = client.get("/v1/whoami").await.unwrap_err();
+    assert!(matches!(err, ClientError::Rejected { .. }), "{err:?}");
+    let direct = issue_client(node.pki.ca(), &ops, Validity::days_from_now(1)).unwrap();
+    let (status, _) = node
+        .client_with("direct", &direct)
+        .get("/v1/whoami")
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+}
+
 #[tokio::test]
 async fn tls12_only_client_is_refused() {
     let node = start().await;
