@@ -60,6 +60,38 @@ fn write_if_missing(path: &Path, text: &str) -> Result<()> {
     Ok(())
 }
 
+/// The lock file that marks a dev folder in use; held (advisory `flock`) for the life of the
+/// process, and released by the kernel however the process ends.
+pub const DEV_LOCK_FILE: &str = "hostd-dev.lock";
+
+fn lock_dev_dir(dir: &Path) -> Result<()> {
+    use std::io::Write;
+    static HELD: std::sync::OnceLock<std::fs::File> = std::sync::OnceLock::new();
+    let path = dir.join(DEV_LOCK_FILE);
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => bail!(
+            "{} is in use by another `hostd dev` (it holds {}); stop it first or pass another --dir",
+            dir.display(),
+            path.display()
+        ),
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(e).with_context(|| format!("locking {}", path.display()))
+        }
+    }
+    // For people looking at the folder: who holds it.
+    let _ = file.set_len(0);
+    let _ = writeln!(file, "{}", std::process::id());
+    let _ = HELD.set(file);
+    Ok(())
+}
+
 /// Prepares the dev folder and the simulation environment; returns the config to run.
 ///
 /// Must run before any thread is started: it sets the fake NVML library's environment.
@@ -70,6 +102,9 @@ pub fn prepare(args: &DevArgs) -> Result<Config> {
         .dir
         .canonicalize()
         .with_context(|| format!("resolving {}", args.dir.display()))?;
+    // Before anything in the folder is written: a second `hostd dev` on a folder in use must
+    // change nothing (not its config, keys or profiles) before it is refused.
+    lock_dev_dir(&dir)?;
     // Profiles must name an address in the server certificate: a wildcard listen address
     // is reached on loopback.
     let mut connect = args.listen;

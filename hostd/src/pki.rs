@@ -288,6 +288,28 @@ impl CertificateAuthority {
     }
 }
 
+/// `profile.toml` text with its `server = ...` line set to `server_url`, every other line
+/// (and comment) as it was; `None` when it already names that server.
+fn with_server(text: &str, server_url: &str) -> Option<String> {
+    let wanted = format!("server = \"{server_url}\"");
+    let mut changed = false;
+    let mut out = String::with_capacity(text.len() + wanted.len());
+    for line in text.lines() {
+        let is_server = line
+            .trim_start()
+            .strip_prefix("server")
+            .is_some_and(|rest| rest.trim_start().starts_with('='));
+        if is_server && line.trim() != wanted {
+            out.push_str(&wanted);
+            changed = true;
+        } else {
+            out.push_str(line);
+        }
+        out.push('\n');
+    }
+    changed.then_some(out)
+}
+
 /// A freshly issued leaf certificate and its private key.
 pub struct IssuedCert {
     cert_pem: String,
@@ -690,13 +712,23 @@ impl DevPki {
             write_atomic(&ca_copy, self.ca.cert_pem().as_bytes(), 0o644)?;
         }
         let profile_path = dir.join(Profile::FILE_NAME);
-        if !profile_path.exists() {
-            let profile = Profile::new(server_url, CA_FILE, CERT_FILE, KEY_FILE);
-            write_atomic(
-                &profile_path,
-                profile.to_toml(Some(&principal.spiffe_uri())).as_bytes(),
-                0o644,
-            )?;
+        match fs::read_to_string(&profile_path) {
+            Ok(text) => {
+                // Kept as the operator may have edited it, but pointed at where the node
+                // listens now: a dev node restarted on another port keeps working profiles.
+                if let Some(updated) = with_server(&text, server_url) {
+                    write_atomic(&profile_path, updated.as_bytes(), 0o644)?;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let profile = Profile::new(server_url, CA_FILE, CERT_FILE, KEY_FILE);
+                write_atomic(
+                    &profile_path,
+                    profile.to_toml(Some(&principal.spiffe_uri())).as_bytes(),
+                    0o644,
+                )?;
+            }
+            Err(e) => return Err(io_err(&profile_path)(e)),
         }
         Ok(dir)
     }
@@ -761,6 +793,34 @@ mod tests {
             &[(Role::Operator, "operator"), (Role::Tenant, "acme")],
             DEFAULT_SERVER_URL,
         )
+    }
+
+    /// A dev node restarted on another port updates its profiles' server, keeping every
+    /// other line an operator may have added.
+    #[test]
+    fn profiles_follow_the_server_url_and_keep_edits() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("dev-state");
+        let pki = create(&dir).unwrap();
+        let profile = pki.profile_dir("operator").join(Profile::FILE_NAME);
+        let mut text = fs::read_to_string(&profile).unwrap();
+        text.push_str("# my note\n");
+        fs::write(&profile, &text).unwrap();
+        DevPki::create(
+            &dir,
+            TD,
+            &["localhost", "127.0.0.1"],
+            &[(Role::Operator, "operator"), (Role::Tenant, "acme")],
+            "https://127.0.0.1:9555",
+        )
+        .unwrap();
+        let after = fs::read_to_string(&profile).unwrap();
+        assert!(after.contains("# my note"), "{after}");
+        assert_eq!(
+            Profile::load(&pki.profile_dir("operator")).unwrap().server,
+            "https://127.0.0.1:9555"
+        );
+        assert_eq!(with_server(&after, "https://127.0.0.1:9555"), None);
     }
 
     /// One rule for every private key the daemon reads: the TLS server key too is refused,

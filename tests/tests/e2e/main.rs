@@ -6,6 +6,7 @@ mod attestation;
 mod authz;
 mod concurrency;
 mod crash;
+mod devmode;
 mod faults;
 mod story;
 
