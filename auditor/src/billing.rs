@@ -130,7 +130,7 @@ pub fn usage_records(leaves: &[Vec<u8>]) -> Result<Vec<UsageRecord>, BillingErro
     for (index, leaf) in (0u64..).zip(leaves) {
         match serde_json::from_slice::<Record>(leaf) {
             Ok(Record::Usage(u)) => out.push(u),
-            Ok(Record::Attestation(_) | Record::GpuEvent(_)) => {}
+            Ok(Record::Attestation(_) | Record::GpuEvent(_) | Record::Recovery(_)) => {}
             Err(source) => return Err(BillingError { index, source }),
         }
     }

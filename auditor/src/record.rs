@@ -22,6 +22,36 @@ pub enum Record {
     Attestation(AttestationRecord),
     /// A change of a GPU's state seen between two inventories (CC mode, loss, driver).
     GpuEvent(GpuEventRecord),
+    /// An operator's recovery of the ledger store (`hostd ledger recover`): records missing
+    /// from a restored database were re-appended from an audit export. Nothing was re-signed
+    /// differently: the re-appended records are byte for byte the exported ones.
+    Recovery(RecoveryRecord),
+}
+
+/// What `hostd ledger recover` did, written as the first record after the recovered ones, so
+/// the ledger itself says when its store was restored and from what.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecoveryRecord {
+    /// Record schema version ([`RECORD_VERSION`]).
+    pub v: u32,
+    /// Leaf index of this record in the ledger.
+    pub id: u64,
+    /// Name of the node whose log holds the record.
+    pub node: String,
+    /// When the recovery ran, RFC 3339 UTC.
+    pub at: String,
+    /// Records the store held when recovery started (a restored backup's size, 0 for a
+    /// deleted database).
+    pub store_size: u64,
+    /// Size of the last checkpoint the node had signed (its witness) before recovery.
+    pub witnessed_size: u64,
+    /// Records re-appended from the export: ids `store_size..store_size + reappended`.
+    pub reappended: u64,
+    /// Size of the verified export's checkpoint the records came from.
+    pub export_size: u64,
+    /// Root of that checkpoint, base64, as signed.
+    pub export_root: String,
 }
 
 /// A verified attestation result (see `docs/attestation.md` §7), kept whole so that an
@@ -148,6 +178,7 @@ impl Record {
             Record::Usage(u) => u.id,
             Record::Attestation(a) => a.id,
             Record::GpuEvent(g) => g.id,
+            Record::Recovery(r) => r.id,
         }
     }
 
@@ -157,6 +188,7 @@ impl Record {
             Record::Usage(_) => "usage",
             Record::Attestation(_) => "attestation",
             Record::GpuEvent(_) => "gpu-event",
+            Record::Recovery(_) => "recovery",
         }
     }
 
@@ -166,6 +198,7 @@ impl Record {
             Record::Usage(u) => u.v,
             Record::Attestation(a) => a.v,
             Record::GpuEvent(g) => g.v,
+            Record::Recovery(r) => r.v,
         }
     }
 

@@ -58,3 +58,57 @@ fn receipts_note(n: usize) -> String {
         n => format!(" and {n} receipts"),
     }
 }
+
+/// `hostd ledger recover --config FILE --from-export DIR`.
+#[derive(Debug, clap::Args)]
+pub struct RecoverArgs {
+    /// The stopped node's configuration (its state directory, name and log key).
+    #[arg(long, default_value = "/etc/hostd/hostd.toml")]
+    pub config: PathBuf,
+    /// An audit export of this node that covers every record it ever signed.
+    #[arg(long)]
+    pub from_export: PathBuf,
+}
+
+/// Runs the recovery (see [`crate::recover`]): exit 0 recovered, 1 refused.
+pub fn run_recover(args: RecoverArgs) -> ExitCode {
+    let cfg = match crate::config::Config::load(&args.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let now = crate::clock::Clock::real().now_ms();
+    match crate::recover::recover_from_export(
+        &cfg.state.dir,
+        &cfg.node.name,
+        &cfg.log_origin(),
+        &args.from_export,
+        now,
+    ) {
+        Ok(r) => {
+            println!(
+                "recovered: the store held {} records, this node had signed {}; re-appended {} \
+                 from {}; recorded as record {}",
+                r.store_size,
+                r.witnessed_size,
+                r.reappended,
+                args.from_export.display(),
+                r.record
+            );
+            if !r.leases_ended.is_empty() {
+                println!(
+                    "ended leases the restored store still listed as active (at their last \
+                     recorded interval): {}",
+                    r.leases_ended.join(", ")
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

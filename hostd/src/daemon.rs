@@ -10,6 +10,7 @@ use crate::node::Node;
 use crate::residency::Residency;
 use crate::state::Store;
 use crate::tls;
+use crate::witness::{Witness, WITNESS_FILE};
 use anyhow::{Context, Result};
 use std::path::Path;
 use std::sync::Arc;
@@ -62,7 +63,9 @@ pub fn open_node(cfg: Config, store: Store, clock: Clock) -> Result<Node> {
     let key_path = cfg.state.dir.join("log.key");
     let signer = keys::load_or_create_log_key(&key_path, &cfg.log_origin())
         .with_context(|| format!("node log key {}", key_path.display()))?;
-    let ledger = Ledger::open(store.db(), signer).context("opening the usage ledger")?;
+    let witness = Witness::at(cfg.state.dir.join(WITNESS_FILE));
+    let ledger =
+        Ledger::open_witnessed(store.db(), signer, witness).context("opening the usage ledger")?;
     // The public key, where an auditor (or `hostd dev`'s banner) expects it.
     let vkey_path = cfg.state.dir.join("log.vkey");
     std::fs::write(&vkey_path, format!("{}\n", ledger.vkey()))

@@ -27,6 +27,7 @@
 //! note is byte-identical to the one that was lost). Keeping `K` lets `hostd audit export`
 //! write the verifier key without touching the private key.
 
+use crate::witness::{Witness, WitnessError};
 use attest::checkpoint::{open_checkpoint, sign_checkpoint, Checkpoint, CheckpointError};
 use attest::log::{AppendBatch, NodeId};
 use attest::log::{Hash, Log, LogError, LogStore};
@@ -37,6 +38,7 @@ use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use std::collections::HashMap;
 use std::ops::Range;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 /// Name of the sled tree holding the ledger.
@@ -368,6 +370,32 @@ pub enum LedgerError {
     NoVkey,
     #[error("record {index} is missing from the ledger store below checkpoint size {size}")]
     MissingRecord { index: u64, size: u64 },
+    #[error(transparent)]
+    Witness(#[from] WitnessError),
+    #[error(
+        "this node already signed a checkpoint of {witnessed} records ({path}) but the ledger \
+         store holds only {stored}: the database was restored from an older backup or deleted. \
+         Signing now would fork the published log, so hostd refuses to start. Recover the \
+         missing records with `hostd ledger recover --from-export DIR` from an audit export \
+         that covers them (see docs/operations.md, \"Backup, restore and recovery\")"
+    )]
+    BehindWitness {
+        witnessed: u64,
+        stored: u64,
+        path: PathBuf,
+    },
+    #[error(
+        "the ledger store does not extend the last checkpoint this node signed ({path}): at \
+         size {size} it gives root {computed} but the signed root is {signed}. The database \
+         was replaced by another log's; hostd refuses to start (see docs/operations.md, \
+         \"Backup, restore and recovery\")"
+    )]
+    ForkedFromWitness {
+        size: u64,
+        signed: String,
+        computed: String,
+        path: PathBuf,
+    },
 }
 
 /// What [`Ledger::append`] returns once the records are durable.
@@ -392,6 +420,9 @@ pub struct Ledger {
     /// signing failed after a commit, which only a bug could cause).
     checkpoint: String,
     checkpoint_size: u64,
+    /// Where every checkpoint is written before it is stored and published; `None` only
+    /// for tools and tests that open a ledger without one.
+    witness: Option<Witness>,
 }
 
 impl std::fmt::Debug for Ledger {
@@ -412,6 +443,25 @@ impl Ledger {
     /// whose root differs from the stored tree's. A checkpoint that is missing or older than
     /// the committed size (a crash between commit and signing) is re-signed.
     pub fn open(db: &sled::Db, signer: NoteSigner) -> Result<Ledger, LedgerError> {
+        Self::open_inner(db, signer, None)
+    }
+
+    /// [`Ledger::open`] for a running node: the stored log must also extend the last
+    /// checkpoint this node ever signed, kept in `witness` outside the database, and every
+    /// new checkpoint is written there before it is stored (see [`crate::witness`]).
+    pub fn open_witnessed(
+        db: &sled::Db,
+        signer: NoteSigner,
+        witness: Witness,
+    ) -> Result<Ledger, LedgerError> {
+        Self::open_inner(db, signer, Some(witness))
+    }
+
+    fn open_inner(
+        db: &sled::Db,
+        signer: NoteSigner,
+        witness: Option<Witness>,
+    ) -> Result<Ledger, LedgerError> {
         let store = SledLogStore::open(db)?;
         let tree = store.tree().clone();
         let verifier = signer.verifier();
@@ -439,7 +489,9 @@ impl Ledger {
             verifier,
             checkpoint: String::new(),
             checkpoint_size: 0,
+            witness,
         };
+        ledger.check_witness()?;
         match stored {
             Some(note) => {
                 let cp = open_checkpoint(&note, &ledger.verifier).map_err(|source| {
@@ -485,6 +537,11 @@ impl Ledger {
                 ledger.sign_and_store()?;
             }
         }
+        // A node that ran before witnesses existed, or whose witness write was the last thing
+        // a crash interrupted, is witnessed now, at the checkpoint just checked or signed.
+        if let Some(w) = &ledger.witness {
+            w.store(&ledger.checkpoint)?;
+        }
         ledger.tree.flush().map_err(StoreError::from)?;
         tracing::info!(
             origin = ledger.signer.name(),
@@ -495,6 +552,35 @@ impl Ledger {
         Ok(ledger)
     }
 
+    /// The stored log must extend the witnessed checkpoint: at least its size, and its root
+    /// at that size.
+    fn check_witness(&self) -> Result<(), LedgerError> {
+        let Some(w) = &self.witness else {
+            return Ok(());
+        };
+        let Some(cp) = w.load(&self.verifier)? else {
+            return Ok(());
+        };
+        let stored = self.log.size();
+        if cp.size > stored {
+            return Err(LedgerError::BehindWitness {
+                witnessed: cp.size,
+                stored,
+                path: w.path().to_owned(),
+            });
+        }
+        let computed = self.log.root_at(cp.size)?;
+        if computed != cp.root {
+            return Err(LedgerError::ForkedFromWitness {
+                size: cp.size,
+                signed: B64.encode(cp.root),
+                computed: B64.encode(computed),
+                path: w.path().to_owned(),
+            });
+        }
+        Ok(())
+    }
+
     fn sign_and_store(&mut self) -> Result<(), LedgerError> {
         let cp = Checkpoint {
             origin: self.signer.name().to_owned(),
@@ -503,12 +589,22 @@ impl Ledger {
             extensions: Vec::new(),
         };
         let note = sign_checkpoint(&cp, &self.signer)?;
+        // Witnessed before it is stored or published: whatever happens next, this node will
+        // never sign a tree that does not extend it.
+        if let Some(w) = &self.witness {
+            w.store(&note)?;
+        }
         self.tree
             .insert(CHECKPOINT_KEY, note.as_bytes())
             .map_err(StoreError::from)?;
         self.checkpoint = note;
         self.checkpoint_size = cp.size;
         Ok(())
+    }
+
+    /// The root of the log's first `size` records.
+    pub fn root_at(&self, size: u64) -> Result<Hash, LedgerError> {
+        Ok(self.log.root_at(size)?)
     }
 
     /// Number of records.

@@ -22,6 +22,8 @@ pub mod metrics;
 pub mod node;
 pub mod pki;
 pub mod principal;
+pub mod recover;
 pub mod residency;
 pub mod state;
 pub mod tls;
+pub mod witness;

@@ -46,7 +46,7 @@ pub(super) fn visible_record(
         .ok_or_else(|| NodeError::NotFound(format!("no record {id}")))?;
     let rec = match serde_json::from_slice::<Record>(&leaf) {
         Ok(Record::Usage(u)) => u,
-        Ok(Record::Attestation(_) | Record::GpuEvent(_)) => {
+        Ok(Record::Attestation(_) | Record::GpuEvent(_) | Record::Recovery(_)) => {
             return Err(NodeError::NotFound(format!(
                 "record {id} is not a usage record"
             )))

@@ -30,6 +30,16 @@ enum Cmd {
     /// Offline audit tools that work on a stopped node's state directory.
     #[command(subcommand)]
     Audit(AuditCmd),
+    /// Offline ledger maintenance on a stopped node.
+    #[command(subcommand)]
+    Ledger(LedgerCmd),
+}
+
+#[derive(Subcommand)]
+enum LedgerCmd {
+    /// Re-append records missing from a restored or deleted store from an audit export
+    /// (docs/operations.md, "Backup, restore and recovery").
+    Recover(cli::RecoverArgs),
 }
 
 #[derive(Subcommand)]
@@ -91,6 +101,7 @@ fn main() -> ExitCode {
             dev::prepare(&args).and_then(|cfg| serve(cfg, Some(args.dir.clone())))
         }
         Cmd::Audit(AuditCmd::Export(args)) => return cli::run_export_state(args),
+        Cmd::Ledger(LedgerCmd::Recover(args)) => return cli::run_recover(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

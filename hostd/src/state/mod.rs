@@ -85,6 +85,26 @@ impl Store {
         Ok(Store { db, meta })
     }
 
+    /// [`Store::open`] for offline tools on a stopped node: a hostd that just stopped may
+    /// hold the database lock for a moment while sled's threads finish, so a held lock is
+    /// retried for up to 5 s before it is reported (a running hostd holds it for good).
+    pub fn open_stopped(state_dir: &Path) -> Result<Store, StoreError> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            match Store::open(state_dir) {
+                Err(StoreError::Open {
+                    source: sled::Error::Io(e),
+                    ..
+                }) if e.to_string().contains("could not acquire lock")
+                    && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                other => return other,
+            }
+        }
+    }
+
     pub fn db(&self) -> &sled::Db {
         &self.db
     }
@@ -162,6 +182,16 @@ impl JsonTree {
             out.push(serde_json::from_slice(&v).map_err(|e| self.corrupt(&key, e))?);
         }
         Ok(out)
+    }
+
+    /// The keys that start with `prefix`, in order.
+    pub fn keys(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
+        Ok(self
+            .tree
+            .scan_prefix(prefix)?
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect())
     }
 
     /// All values in key order.
