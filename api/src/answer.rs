@@ -40,8 +40,12 @@ impl ErrorBody {
 /// `GET /v1/health`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Health {
-    /// `ok`.
+    /// `ok`, or `degraded` when [`Health::problems`] lists something the operator must fix
+    /// (the node still serves what it safely can).
     pub status: String,
+    /// What is wrong, one sentence each; absent when nothing is.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<String>,
     /// The node's name.
     pub node: String,
     /// The node's jurisdiction (ISO 3166).

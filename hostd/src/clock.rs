@@ -5,12 +5,21 @@
 //! at the same accelerated pace (the fake NVML library applies the identical formula, given
 //! the same epoch and scale through `NVML_SIM_CLOCK`).
 
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// The node's clock. It never goes backwards: every reading is at least the latest reading
+/// before it and at least the floor raised by [`Clock::raise_floor`] (the latest time the
+/// node's state holds). A system clock that steps back, or a node restarted on a machine
+/// whose clock is behind its state, makes node time stand still until the system clock
+/// catches up: no interval is metered twice and no lease ends before it started.
+#[derive(Debug, Clone)]
 pub struct Clock {
     epoch_ms: i64,
     scale: f64,
+    /// The latest time this clock (or any clone) returned or was floored at.
+    high: Arc<AtomicI64>,
 }
 
 fn real_now_ms() -> i64 {
@@ -23,15 +32,31 @@ fn real_now_ms() -> i64 {
 impl Clock {
     /// Wall-clock time.
     pub fn real() -> Clock {
-        Clock {
-            epoch_ms: 0,
-            scale: 1.0,
-        }
+        Clock::scaled(0, 1.0)
     }
 
     /// Time that runs `scale` times faster than the wall clock from `epoch_ms` on.
     pub fn scaled(epoch_ms: i64, scale: f64) -> Clock {
-        Clock { epoch_ms, scale }
+        Clock {
+            epoch_ms,
+            scale,
+            high: Arc::new(AtomicI64::new(i64::MIN)),
+        }
+    }
+
+    /// Never answer earlier than `floor_ms` (the latest time already written in the state).
+    /// Returns how far the underlying clock is behind it, in ms (0 when it is not).
+    pub fn raise_floor(&self, floor_ms: i64) -> i64 {
+        self.high.fetch_max(floor_ms, Ordering::AcqRel);
+        floor_ms.saturating_sub(self.at(real_now_ms())).max(0)
+    }
+
+    /// How far the underlying clock is behind node time, in ms (0 when it is not).
+    pub fn behind_ms(&self) -> i64 {
+        self.high
+            .load(Ordering::Acquire)
+            .saturating_sub(self.at(real_now_ms()))
+            .max(0)
     }
 
     /// A scaled clock whose epoch is now.
@@ -45,7 +70,8 @@ impl Clock {
 
     /// Milliseconds since the Unix epoch, in (possibly accelerated) clock time.
     pub fn now_ms(&self) -> i64 {
-        self.at(real_now_ms())
+        let t = self.at(real_now_ms());
+        self.high.fetch_max(t, Ordering::AcqRel).max(t)
     }
 
     fn at(&self, real_ms: i64) -> i64 {
@@ -109,6 +135,31 @@ mod tests {
         assert_eq!(c.at(1_000_000), 1_000_000);
         assert_eq!(c.at(1_001_000), 1_000_000 + 3_600_000);
         assert_eq!(Clock::real().at(42), 42);
+    }
+
+    /// A floor in the future holds the clock there; readings never go backwards, and
+    /// clones share the guarantee.
+    #[test]
+    fn the_clock_never_goes_backwards() {
+        let c = Clock::real();
+        let now = c.now_ms();
+        let later = now + 3_600_000;
+        let behind = c.raise_floor(later);
+        assert!((3_500_000..=3_600_000).contains(&behind), "{behind}");
+        assert!(c.behind_ms() > 0);
+        let copy = c.clone();
+        assert_eq!(copy.now_ms(), later);
+        assert_eq!(c.now_ms(), later);
+        // A lower floor changes nothing.
+        assert_eq!(c.raise_floor(now), 0);
+        assert!(c.behind_ms() > 0);
+        assert_eq!(c.now_ms(), later);
+        // A fresh clock is behind nothing; one whose floor is in the past simply runs.
+        let r = Clock::real();
+        assert_eq!(r.behind_ms(), 0);
+        assert_eq!(r.raise_floor(0), 0);
+        let (a, b) = (r.now_ms(), r.now_ms());
+        assert!(b >= a && a > 0);
     }
 
     #[test]

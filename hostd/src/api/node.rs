@@ -8,14 +8,20 @@ pub(super) async fn health(
     Extension(p): Extension<Principal>,
 ) -> ApiResult<Json<Health>> {
     let n = node.clone();
-    let (size, gpus) = blocking(&node, move |_| {
+    let (size, gpus, problems) = blocking(&node, move |_| {
         let size = n.with_ledger(|l| l.size());
         let gpus = n.inventory().map(|g| g.len()).unwrap_or(0);
-        Ok((size, gpus))
+        Ok((size, gpus, n.problems()))
     })
     .await?;
     Ok(Json(Health {
-        status: "ok".into(),
+        status: if problems.is_empty() {
+            "ok"
+        } else {
+            "degraded"
+        }
+        .into(),
+        problems,
         node: node.config().node.name.clone(),
         jurisdiction: node.config().node.jurisdiction.clone(),
         version: env!("CARGO_PKG_VERSION").into(),

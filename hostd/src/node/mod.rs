@@ -46,6 +46,7 @@ mod gpu_events;
 mod leases;
 mod metering;
 mod tenants;
+mod time;
 mod verified;
 
 pub use error::{InternalError, NodeError};
@@ -127,6 +128,7 @@ impl Node {
             attestations_in_flight: AtomicUsize::new(0),
         };
         node.recover()?;
+        node.hold_clock_at_state()?;
         node.load_latest_attestation()?;
         Ok(node)
     }

@@ -115,7 +115,10 @@ pub async fn health(c: Client, j: bool) -> CmdResult {
         println!(
             "{} ({}) is up: {} GPUs, {} ledger records; you are {}",
             h.node, h.jurisdiction, h.gpus, h.ledger_size, h.you
-        )
+        );
+        for p in &h.problems {
+            println!("  DEGRADED: {p}");
+        }
     })
 }
 

@@ -105,3 +105,48 @@ fn a_deleted_database_is_refused_until_recovered_from_an_export() {
         ],
     ));
 }
+
+/// Restarted under a clock behind its state (here: dev time accelerated 3600×, then real
+/// time), the node holds its time at the state's latest time: health says degraded, and the
+/// lease it ends ends after it started with its last interval billed, never backwards.
+#[test]
+fn a_clock_behind_the_state_never_takes_time_backwards() {
+    let mut node = DevNode::start(&["--time-scale", "3600", "--interval", "60"]);
+    crate::create_tenants(&node);
+    let l = crate::lease(&node, "operator", "hyd-speech", 1, "H100");
+    let id = l["id"].as_str().unwrap().to_owned();
+    let started = l["started_ms"].as_i64().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert!(node.stop(), "hostd did not stop cleanly");
+
+    node.args = vec!["--time-scale".into(), "1".into()];
+    node.spawn();
+    let health = crate::json(&node.sovctl("operator", &["--json", "health"]));
+    assert_eq!(health["status"], "degraded", "{health}");
+    assert!(
+        health["problems"][0].as_str().unwrap().contains("behind"),
+        "{health}"
+    );
+    let ended = crate::json(&node.sovctl("operator", &["--json", "lease", "end", &id]));
+    let ended_ms = ended["lease"]["ended_ms"].as_i64().unwrap();
+    assert!(
+        ended_ms >= started,
+        "ended {ended_ms} before it started {started}"
+    );
+    let usage = crate::json(&node.sovctl("operator", &["--json", "usage", "list", "--lease", &id]));
+    let records = usage["records"].as_array().unwrap();
+    assert!(!records.is_empty(), "the lease's time was never billed");
+    let mut last_end = String::new();
+    let mut billed_ms = 0;
+    for r in records {
+        let (s, e) = (r["start"].as_str().unwrap(), r["end"].as_str().unwrap());
+        assert!(s <= e && s >= last_end.as_str(), "{usage}");
+        last_end = e.to_owned();
+        billed_ms += r["gpu_ms"].as_u64().unwrap();
+    }
+    // About an hour of dev time ran before the restart; all of it is billed, once.
+    assert!(
+        billed_ms >= 3_000_000,
+        "billed only {billed_ms} ms: {usage}"
+    );
+}

@@ -1,0 +1,80 @@
+//! Time never goes backwards in the node's state.
+//!
+//! The latest time the state holds (a lease's start or end, a meter cursor's last sample, the
+//! last ledger record's time) becomes the clock's floor at start. A node restarted on a
+//! machine whose clock is behind its state (a bad RTC, NTP not yet synced, a state directory
+//! moved from a machine whose clock ran ahead) then holds node time at that floor until the
+//! system clock catches up: metering closes no interval meanwhile (they would have length 0),
+//! no lease ends before it started, and no interval is billed twice. `/v1/health` says
+//! `degraded` with the delay while it lasts, and the start is logged as a warning.
+
+use super::*;
+
+/// The latest time in ms among `times`, or `None` when there is none.
+pub(super) fn latest(times: impl IntoIterator<Item = i64>) -> Option<i64> {
+    times.into_iter().max()
+}
+
+/// The time a record was written for: the end of a usage interval, the moment of the others.
+fn record_time(rec: &Record) -> Option<i64> {
+    let t = match rec {
+        Record::Usage(u) => &u.end,
+        Record::Attestation(a) => &a.received,
+        Record::GpuEvent(g) => &g.at,
+        Record::Recovery(r) => &r.at,
+    };
+    crate::clock::parse_time_ms(t).ok()
+}
+
+impl Node {
+    /// The latest time the node's state holds.
+    pub(super) fn time_floor(&self) -> Result<Option<i64>, NodeError> {
+        let mut times = Vec::new();
+        for l in self.leases()? {
+            times.push(l.started_ms);
+            times.extend(l.ended_ms);
+        }
+        for c in self.leases.scan::<Cursor>("cursor/")? {
+            times.push(c.last_sample_ms.max(c.period_start_ms));
+        }
+        let last = lock(&self.ledger).size().checked_sub(1);
+        if let Some(i) = last {
+            let leaf = lock(&self.ledger).record(i).map_err(NodeError::internal)?;
+            let rec = leaf.and_then(|l| serde_json::from_slice::<Record>(&l).ok());
+            times.extend(rec.as_ref().and_then(record_time));
+        }
+        Ok(latest(times))
+    }
+
+    /// Floors the clock at the state's latest time, warning when the system clock is behind.
+    pub(super) fn hold_clock_at_state(&self) -> Result<(), NodeError> {
+        let Some(floor) = self.time_floor()? else {
+            return Ok(());
+        };
+        let behind = self.clock.raise_floor(floor);
+        if behind > 0 {
+            warn!(
+                behind_ms = behind,
+                state_time = %rfc3339_ms(floor),
+                "the system clock is behind times already written in the state; node time \
+                 holds there until it catches up (nothing is metered meanwhile)"
+            );
+        }
+        Ok(())
+    }
+
+    /// What is wrong with the node right now, for `/v1/health` (empty when healthy).
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let behind = self.clock.behind_ms();
+        if behind > 1000 {
+            out.push(format!(
+                "the system clock is {} s behind times already recorded; node time holds at \
+                 {} until it catches up, and nothing is metered meanwhile",
+                behind / 1000,
+                rfc3339_ms(self.clock.now_ms())
+            ));
+        }
+        out
+    }
+}
