@@ -38,6 +38,31 @@ pub fn ensure_state_dir(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Runs `f`, turning a panic inside it (sled panics on some damaged files instead of
+/// answering an error) into an error with the recovery procedure, with no backtrace printed.
+pub fn without_panics<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    std::panic::set_hook(previous);
+    match result {
+        Ok(r) => r,
+        Err(payload) => {
+            let detail = payload
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "no detail".into());
+            anyhow::bail!(
+                "{what}: the state database is damaged (its reader failed: {detail}). hostd \
+                 refuses to start. Move the state's db/ aside, restore it from a backup (or \
+                 start with none), then run `hostd ledger recover --from-export DIR` \
+                 (docs/operations.md, \"Backup, restore and recovery\")"
+            )
+        }
+    }
+}
+
 /// The clock for this config: real time, or the dev-mode accelerated clock whose epoch is
 /// kept in the store so that time never runs backwards across restarts.
 pub fn node_clock(cfg: &Config, store: &Store) -> Result<Clock> {

@@ -373,6 +373,13 @@ pub enum LedgerError {
     #[error(transparent)]
     Witness(#[from] WitnessError),
     #[error(
+        "the ledger store is damaged: {what}. hostd refuses to start rather than serve or sign \
+         from it. Move the state's db/ aside, restore it from a backup (or start with none), \
+         then run `hostd ledger recover --from-export DIR` (docs/operations.md, \"Backup, \
+         restore and recovery\")"
+    )]
+    Damaged { what: String },
+    #[error(
         "this node already signed a checkpoint of {witnessed} records ({path}) but the ledger \
          store holds only {stored}: the database was restored from an older backup or deleted. \
          Signing now would fork the published log, so hostd refuses to start. Recover the \
@@ -599,6 +606,41 @@ impl Ledger {
             .map_err(StoreError::from)?;
         self.checkpoint = note;
         self.checkpoint_size = cp.size;
+        Ok(())
+    }
+
+    /// Checks every stored record against the leaf hash its tree was built from, and that
+    /// none is missing below the checkpoint: what the root check at open cannot see (a record
+    /// cut short or with a flipped byte in the store). One pass over the log at start.
+    pub fn check_leaves(&self) -> Result<(), LedgerError> {
+        let snap = self.snapshot();
+        let mut next = 0u64;
+        for item in snap.stored_records() {
+            let (index, bytes) = item.map_err(|e| LedgerError::Damaged {
+                what: format!("record {next} cannot be read ({e})"),
+            })?;
+            if index != next {
+                return Err(LedgerError::Damaged {
+                    what: format!("record {next} is missing"),
+                });
+            }
+            match snap.stored_leaf_hash(index)? {
+                Some(h) if h == attest::log::leaf_hash(&bytes) => {}
+                _ => {
+                    return Err(LedgerError::Damaged {
+                        what: format!(
+                            "record {index} does not match the hash the log was built from"
+                        ),
+                    })
+                }
+            }
+            next += 1;
+        }
+        if next != snap.size() {
+            return Err(LedgerError::Damaged {
+                what: format!("record {next} is missing"),
+            });
+        }
         Ok(())
     }
 

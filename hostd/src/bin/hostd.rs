@@ -64,14 +64,18 @@ fn init_logging() {
 
 fn serve(cfg: Config, dev_dir: Option<PathBuf>) -> anyhow::Result<()> {
     daemon::ensure_state_dir(&cfg.state.dir)?;
-    let store = Store::open(&cfg.state.dir)?;
+    let store = daemon::without_panics("opening the state database", || {
+        Store::open(&cfg.state.dir).map_err(anyhow::Error::from)
+    })?;
     let clock = daemon::node_clock(&cfg, &store)?;
     #[cfg(feature = "dev")]
     if dev_dir.is_some() {
         // Still single-threaded: the runtime starts below.
         dev::set_sim_clock(&clock);
     }
-    let node = daemon::open_node(cfg.clone(), store, clock)?;
+    let node = daemon::without_panics("opening the node's state", || {
+        daemon::open_node(cfg.clone(), store, clock)
+    })?;
     #[cfg(feature = "dev")]
     if let Some(dir) = &dev_dir {
         println!("{}", dev::banner(dir, &cfg));

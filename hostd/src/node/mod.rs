@@ -128,9 +128,28 @@ impl Node {
             attestations_in_flight: AtomicUsize::new(0),
         };
         node.recover()?;
+        node.check_state()?;
         node.hold_clock_at_state()?;
         node.load_latest_attestation()?;
         Ok(node)
+    }
+
+    /// Reads the whole state once, so damage is found at start, with one clear sentence,
+    /// instead of failing every metering round and every read later: every ledger record
+    /// against its leaf hash, and every tenant, lease and cursor as its type.
+    fn check_state(&self) -> Result<(), NodeError> {
+        lock(&self.ledger)
+            .check_leaves()
+            .map_err(|e| internal("checking the ledger", e))?;
+        self.tenants
+            .all::<Tenant>()
+            .map_err(|e| internal("checking the tenants", e))?;
+        self.leases()
+            .map_err(|e| NodeError::internal(format!("checking the leases: {e}")))?;
+        self.leases
+            .scan::<Cursor>("cursor/")
+            .map_err(|e| internal("checking the meter cursors", e))?;
+        Ok(())
     }
 
     /// Makes every write durable (shutdown).

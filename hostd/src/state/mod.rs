@@ -25,6 +25,13 @@ pub enum StoreError {
     #[error("cannot open state database {path}: {source}")]
     Open { path: PathBuf, source: sled::Error },
     #[error(
+        "the state database {path} is damaged (its files do not read back as written). hostd \
+         refuses to start. Move {path} aside, restore it from a backup (or start with none), \
+         then run `hostd ledger recover --from-export DIR` (docs/operations.md, \"Backup, \
+         restore and recovery\")"
+    )]
+    Damaged { path: PathBuf },
+    #[error(
         "state directory {path} was written by a newer hostd (schema {found}, this build understands up to {SCHEMA_VERSION}); refusing to start — run the newer hostd or restore a backup"
     )]
     NewerSchema { path: PathBuf, found: u32 },
@@ -59,9 +66,14 @@ impl Store {
         let db = sled::Config::new()
             .path(&path)
             .open()
-            .map_err(|source| StoreError::Open {
-                path: path.clone(),
-                source,
+            .map_err(|source| match source {
+                sled::Error::Corruption { .. } | sled::Error::ReportableBug(_) => {
+                    StoreError::Damaged { path: path.clone() }
+                }
+                source => StoreError::Open {
+                    path: path.clone(),
+                    source,
+                },
             })?;
         let meta = db.open_tree("meta")?;
         match meta.get("schema")? {

@@ -150,3 +150,40 @@ fn a_clock_behind_the_state_never_takes_time_backwards() {
         "billed only {billed_ms} ms: {usage}"
     );
 }
+
+/// A damaged state database (a truncated sled file) is refused at start with one sentence
+/// and the recovery procedure: no panic, no backtrace, no start followed by failing rounds.
+#[test]
+fn a_damaged_database_is_refused_with_the_recovery_procedure() {
+    let mut node = DevNode::start(&["--time-scale", "3600"]);
+    crate::create_tenants(&node);
+    let l = crate::lease(&node, "operator", "hyd-speech", 1, "H100");
+    let id = l["id"].as_str().unwrap().to_owned();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    crate::json(&node.sovctl("operator", &["--json", "lease", "end", &id]));
+    assert!(node.stop(), "hostd did not stop cleanly");
+    let file = node.dir.join("state/db/db");
+    let original = std::fs::read(&file).unwrap();
+    // Cut at several points: sled answers some with fewer records (which the witness
+    // catches) and panics on others (which must not reach the operator as a panic).
+    for cut in [original.len() / 2, 4096, 600, 64] {
+        std::fs::write(&file, &original[..cut.min(original.len())]).unwrap();
+        let out = Command::new(bin("hostd"))
+            .arg("dev")
+            .arg("--dir")
+            .arg(&node.dir)
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{}", node.port))
+            .env("RUST_BACKTRACE", "1")
+            .output()
+            .expect("run hostd");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "cut at {cut}: {stderr}");
+        assert!(!stderr.contains("panicked"), "cut at {cut}: {stderr}");
+        assert!(!stderr.contains("backtrace"), "cut at {cut}: {stderr}");
+        assert!(
+            stderr.contains("hostd ledger recover"),
+            "cut at {cut}: {stderr}"
+        );
+    }
+}
