@@ -120,6 +120,9 @@ pub struct MeteringConfig {
     pub interval_secs: f64,
     /// Time acceleration (dev mode only): virtual seconds per real second. Default 1.
     pub time_scale: f64,
+    /// Real seconds of uninterrupted metering failure (a full disk, a store that refuses
+    /// writes) after which hostd stops so its supervisor restarts it. Default 120.
+    pub stop_after_failing_secs: u64,
 }
 
 impl Default for MeteringConfig {
@@ -127,6 +130,7 @@ impl Default for MeteringConfig {
         Self {
             interval_secs: 10.0,
             time_scale: 1.0,
+            stop_after_failing_secs: 120,
         }
     }
 }

@@ -3,6 +3,7 @@
 use crate::api;
 use crate::clock::Clock;
 use crate::config::Config;
+use crate::failures::{FailureTracker, Verdict};
 use crate::gpu::Gpus;
 use crate::keys;
 use crate::ledger::Ledger;
@@ -151,25 +152,12 @@ pub async fn run(node: Node) -> Result<()> {
     let addr = listener.local_addr()?;
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
 
-    let meter_node = node.clone();
-    let mut meter_stop = stop_rx.clone();
-    let period = tick_period(&cfg);
-    let meter = tokio::spawn(async move {
-        let mut every = tokio::time::interval(period);
-        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = every.tick() => {}
-                _ = meter_stop.changed() => break,
-            }
-            let n = meter_node.clone();
-            match tokio::task::spawn_blocking(move || n.meter_tick()).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => error!(error = %e, "metering round failed"),
-                Err(e) => error!(error = %e, "metering worker failed"),
-            }
-        }
-    });
+    let meter = tokio::spawn(metering_loop(
+        node.clone(),
+        stop_rx.clone(),
+        tick_period(&cfg),
+        Duration::from_secs(cfg.metering.stop_after_failing_secs),
+    ));
 
     let mut server_stop = stop_rx.clone();
     let shutdown = async move {
@@ -191,20 +179,90 @@ pub async fn run(node: Node) -> Result<()> {
     sd_notify("READY=1");
 
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut meter = meter;
+    let mut failed: Option<String> = None;
     tokio::select! {
         _ = term.recv() => info!("SIGTERM: shutting down"),
         _ = tokio::signal::ctrl_c() => info!("SIGINT: shutting down"),
+        r = &mut meter => {
+            let why = match r {
+                Ok(Some(why)) => why,
+                Ok(None) => "the metering loop ended".to_owned(),
+                Err(e) => format!("the metering loop failed: {e}"),
+            };
+            error!(reason = %why, "stopping so that the supervisor restarts hostd");
+            failed = Some(why);
+        }
     }
     sd_notify("STOPPING=1");
     let _ = stop_tx.send(true);
-    let _ = meter.await;
+    if failed.is_none() {
+        let _ = meter.await;
+    }
     match tokio::time::timeout(Duration::from_secs(10), server).await {
         Ok(Ok(Ok(()))) => {}
         Ok(Ok(Err(e))) => warn!(error = %e, "API server stopped with an error"),
         Ok(Err(e)) => warn!(error = %e, "API server task failed"),
         Err(_) => warn!("API connections did not finish within 10 s"),
     }
+    if let Some(why) = failed {
+        let _ = node.flush();
+        anyhow::bail!("{why}; stopped so that the supervisor restarts hostd");
+    }
     node.flush().context("final flush")?;
     info!("hostd stopped cleanly");
     Ok(())
+}
+
+/// Meters every `period` until told to stop. Failed rounds are logged through a
+/// [`FailureTracker`] (no flood) and shown in `/v1/health`; after `stop_after` of
+/// uninterrupted failure it returns why, and the node stops (see [`crate::failures`]).
+async fn metering_loop(
+    node: Arc<Node>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+    period: Duration,
+    stop_after: Duration,
+) -> Option<String> {
+    let mut every = tokio::time::interval(period);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut failures = FailureTracker::new(stop_after);
+    loop {
+        tokio::select! {
+            _ = every.tick() => {}
+            _ = stop.changed() => return None,
+        }
+        let n = node.clone();
+        let result = match tokio::task::spawn_blocking(move || n.meter_tick()).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(format!("{e}")),
+            Err(e) => Err(format!("metering worker failed: {e}")),
+        };
+        match result {
+            Ok(()) => {
+                if let Some(rounds) = failures.succeeded() {
+                    info!(rounds, "metering works again");
+                    node.set_metering_failure(None);
+                }
+            }
+            Err(e) => {
+                let now = std::time::Instant::now();
+                if failures.failing_since().is_none() {
+                    node.set_metering_failure(Some(node.clock().now_ms()));
+                }
+                match failures.failed(now, &e) {
+                    Verdict::Log { rounds } => error!(error = %e, rounds, "metering round failed"),
+                    Verdict::Quiet => {}
+                    Verdict::Stop {
+                        rounds,
+                        failing_for,
+                    } => {
+                        return Some(format!(
+                            "metering has failed for {} s ({rounds} rounds; last: {e})",
+                            failing_for.as_secs()
+                        ))
+                    }
+                }
+            }
+        }
+    }
 }

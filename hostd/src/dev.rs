@@ -32,6 +32,10 @@ pub struct DevArgs {
     /// Seconds of clock time between metering samples.
     #[arg(long, default_value_t = 10.0)]
     pub interval: f64,
+    /// Real seconds of uninterrupted metering failure after which hostd stops (so that a
+    /// supervisor restarts it).
+    #[arg(long, default_value_t = 120)]
+    pub stop_after_failing_secs: u64,
     /// Fake NVML library to load (default: the one built next to this binary).
     #[arg(long)]
     pub nvml_library: Option<PathBuf>,
@@ -153,6 +157,7 @@ nvml_library = "{lib}"
 [metering]
 interval_secs = {interval}
 time_scale = {scale}
+stop_after_failing_secs = {stop_after}
 
 [rates]
 H100 = "250.00"
@@ -171,6 +176,7 @@ verifier_keys = ["{verifier}"]
         lib = lib.display(),
         interval = args.interval,
         scale = args.time_scale,
+        stop_after = args.stop_after_failing_secs,
     );
     std::fs::write(&config_path, text)
         .with_context(|| format!("writing {}", config_path.display()))?;

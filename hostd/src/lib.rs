@@ -12,6 +12,7 @@ pub mod config;
 pub mod daemon;
 #[cfg(feature = "dev")]
 pub mod dev;
+pub mod failures;
 pub mod gpu;
 pub mod keys;
 pub mod lease;

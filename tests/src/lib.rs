@@ -44,6 +44,9 @@ pub struct DevNode {
     pub args: Vec<String>,
     child: Option<Child>,
     _tmp: Option<tempfile::TempDir>,
+    /// The log and notify socket live apart from the node's folder, so a test that fills
+    /// the node's file system still reads the whole log.
+    _aside: Option<tempfile::TempDir>,
     log: PathBuf,
     notify: PathBuf,
 }
@@ -51,16 +54,23 @@ pub struct DevNode {
 impl DevNode {
     /// Starts `hostd dev` with extra arguments (e.g. `--time-scale 3600`).
     pub fn start(extra: &[&str]) -> DevNode {
-        let tmp = tempfile::tempdir().expect("temp dir");
+        Self::start_in(&std::env::temp_dir(), extra)
+    }
+
+    /// [`DevNode::start`] with its folder inside `parent` (e.g. a small file system).
+    pub fn start_in(parent: &Path, extra: &[&str]) -> DevNode {
+        let tmp = tempfile::tempdir_in(parent).expect("temp dir");
+        let aside = tempfile::tempdir().expect("temp dir");
         let dir = tmp.path().join("dev-state");
         let mut n = DevNode {
             dir,
             port: free_port(),
             args: extra.iter().map(|s| s.to_string()).collect(),
             child: None,
-            log: tmp.path().join("hostd.log"),
-            notify: tmp.path().join("notify.sock"),
+            log: aside.path().join("hostd.log"),
+            notify: aside.path().join("notify.sock"),
             _tmp: Some(tmp),
+            _aside: Some(aside),
         };
         n.spawn();
         n
@@ -163,6 +173,26 @@ impl DevNode {
             c.arg("--profile").arg(self.profile(profile));
         }
         c.args(args).output().expect("run sovctl")
+    }
+
+    /// Waits up to `secs` for the daemon to exit by itself; its exit code, or `None` if it
+    /// is still running.
+    pub fn wait_exit(&mut self, secs: u64) -> Option<Option<i32>> {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            if let Some(c) = self.child.as_mut() {
+                if let Ok(Some(status)) = c.try_wait() {
+                    self.child = None;
+                    return Some(status.code());
+                }
+            } else {
+                return None;
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// SIGKILL: no chance to flush anything.

@@ -81,6 +81,8 @@ pub struct Node {
     latest_attestation: Mutex<Option<(u64, AttestationResult)>>,
     /// Evidence collections in flight (bounded by [`MAX_CONCURRENT_ATTESTATIONS`]).
     attestations_in_flight: AtomicUsize,
+    /// Since when metering rounds have been failing (node time, ms), for `/v1/health`.
+    metering_failing_since: Mutex<Option<i64>>,
 }
 
 /// Evidence collections allowed at once. Each one asks every CC GPU for a signed report, which
@@ -126,6 +128,7 @@ impl Node {
             attester,
             latest_attestation: Mutex::new(None),
             attestations_in_flight: AtomicUsize::new(0),
+            metering_failing_since: Mutex::new(None),
         };
         node.recover()?;
         node.check_state()?;

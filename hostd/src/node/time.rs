@@ -63,9 +63,22 @@ impl Node {
         Ok(())
     }
 
-    /// What is wrong with the node right now, for `/v1/health` (empty when healthy).
+    /// Since when (node time, ms) metering rounds have been failing; `None` when they work.
+    pub fn set_metering_failure(&self, since_ms: Option<i64>) {
+        *lock(&self.metering_failing_since) = since_ms;
+    }
+
+    /// What is wrong with the node right now, for `/v1/health` (empty when healthy). No
+    /// internal detail: the log has it.
     pub fn problems(&self) -> Vec<String> {
         let mut out = Vec::new();
+        if let Some(since) = *lock(&self.metering_failing_since) {
+            out.push(format!(
+                "metering rounds have been failing since {} (usage since then is not yet \
+                 recorded; acknowledged records are safe); the node's log says why",
+                rfc3339_ms(since)
+            ));
+        }
         let behind = self.clock.behind_ms();
         if behind > 1000 {
             out.push(format!(

@@ -7,6 +7,7 @@ mod authz;
 mod concurrency;
 mod crash;
 mod devmode;
+mod disk;
 mod faults;
 mod story;
 
