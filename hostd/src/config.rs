@@ -76,6 +76,8 @@ pub struct ApiConfig {
     pub key: PathBuf,
     /// Largest request body accepted, bytes. Default 64 KiB.
     pub max_body_bytes: usize,
+    /// Seconds a client has to send a whole request body. Default 10.
+    pub body_deadline_secs: u64,
 }
 
 impl Default for ApiConfig {
@@ -87,6 +89,7 @@ impl Default for ApiConfig {
             cert: PathBuf::from("/etc/hostd/tls/server/cert.pem"),
             key: PathBuf::from("/etc/hostd/tls/server/key.pem"),
             max_body_bytes: 64 * 1024,
+            body_deadline_secs: 10,
         }
     }
 }

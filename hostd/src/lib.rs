@@ -3,6 +3,7 @@
 //! The imperative shell around the pure `attest` and `policy` crates: storage (sled), the mTLS
 //! API, GPUs through NVML, leases, metering into the signed ledger, and audit export.
 
+pub mod admission;
 pub mod api;
 pub mod attestation;
 pub mod audit;

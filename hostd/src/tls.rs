@@ -34,11 +34,12 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
+use crate::admission::{Admission, HandshakeSlot, Handshaking, InFlight, Limits, LogLimiter};
 use crate::principal::Principal;
 
 /// The only application protocol spoken over the TLS channel.
@@ -187,12 +188,22 @@ pub fn server_config(
     Ok(Arc::new(config))
 }
 
-/// Limits applied by [`serve_with`]. The defaults suit a node API with a handful of operators
-/// and tenants and tolerate slow links.
+/// Limits applied by [`serve_with`] (see [`crate::admission`] for why each exists). The
+/// defaults suit a node API with a handful of operators and many tenants, and hold under a
+/// hostile tenant or stranger (docs/operations.md, "Limits").
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
-    /// Connections served at once; further clients wait in the kernel's accept backlog.
+    /// Authenticated connections served at once, all principals together.
     pub max_connections: usize,
+    /// Authenticated connections of all tenants together; the rest of `max_connections` is
+    /// kept for operators and auditors.
+    pub max_tenant_connections: usize,
+    /// Authenticated connections of one principal.
+    pub max_connections_per_principal: usize,
+    /// Requests of one principal in flight at once; more are answered 429 at once.
+    pub max_requests_per_principal: usize,
+    /// Connections still in the TLS handshake; when full, the oldest is dropped.
+    pub max_handshaking: usize,
     /// Time a client gets to complete the TLS handshake.
     pub handshake_timeout: Duration,
     /// Time a client gets to send a request's headers, counted from when hostd starts waiting
@@ -211,7 +222,11 @@ impl Default for ServeOptions {
     fn default() -> Self {
         ServeOptions {
             max_connections: 1024,
-            handshake_timeout: Duration::from_secs(10),
+            max_tenant_connections: 768,
+            max_connections_per_principal: 32,
+            max_requests_per_principal: 16,
+            max_handshaking: 256,
+            handshake_timeout: Duration::from_secs(5),
             header_read_timeout: Duration::from_secs(30),
             max_headers: 64,
             max_header_bytes: 16 * 1024,
@@ -259,7 +274,14 @@ pub async fn serve_with(
 ) -> io::Result<()> {
     let acceptor = TlsAcceptor::from(config);
     let trust_domain: Arc<str> = trust_domain.into();
-    let slots = Arc::new(Semaphore::new(options.max_connections.max(1)));
+    let handshaking = Handshaking::new(options.max_handshaking);
+    let admission = Admission::new(Limits {
+        total: options.max_connections.max(1),
+        tenants: options.max_tenant_connections,
+        per_principal: options.max_connections_per_principal.max(1),
+    });
+    let in_flight = InFlight::new(options.max_requests_per_principal);
+    let logs = Arc::new(LogLimiter::new(Duration::from_secs(10)));
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
@@ -272,14 +294,7 @@ pub async fn serve_with(
 
     loop {
         while connections.try_join_next().is_some() {}
-        let permit = tokio::select! {
-            biased;
-            () = &mut shutdown => break,
-            permit = slots.clone().acquire_owned() => match permit {
-                Ok(p) => p,
-                Err(_) => break, // the semaphore is never closed; treat as shutdown
-            },
-        };
+        // Accepting never waits for a slot: a full pool drops its oldest handshake instead.
         let (tcp, peer) = tokio::select! {
             biased;
             () = &mut shutdown => break,
@@ -289,12 +304,24 @@ pub async fn serve_with(
                 Err(e) if e.kind() == io::ErrorKind::InvalidInput => return Err(e),
                 Err(e) => {
                     // Typically EMFILE/ENFILE: back off instead of spinning.
-                    tracing::error!(error = %e, "accept failed; retrying in 1 s");
+                    if let Some(n) = logs.hit("accept", std::time::Instant::now()) {
+                        tracing::error!(error = %e, events = n, "accept failed; retrying in 1 s");
+                    }
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     continue;
                 }
             },
         };
+        let (slot, evicted) = handshaking.enter();
+        if evicted {
+            if let Some(n) = logs.hit("handshake-pool-full", std::time::Instant::now()) {
+                tracing::warn!(
+                    dropped = n,
+                    pool = options.max_handshaking,
+                    "handshake pool full: dropped the oldest pending handshakes"
+                );
+            }
+        }
         let conn = Connection {
             acceptor: acceptor.clone(),
             trust_domain: trust_domain.clone(),
@@ -302,9 +329,11 @@ pub async fn serve_with(
             http: http.clone(),
             stop: stop_rx.clone(),
             handshake_timeout: options.handshake_timeout,
-            _permit: permit,
+            admission: admission.clone(),
+            in_flight: in_flight.clone(),
+            logs: logs.clone(),
         };
-        connections.spawn(conn.run(tcp, peer));
+        connections.spawn(conn.run(tcp, peer, slot));
     }
 
     drop(listener);
@@ -348,7 +377,7 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|stop| *stop).await.map(|_| ());
 }
 
-/// Everything one connection task needs; holding `_permit` keeps its connection slot.
+/// Everything one connection task needs.
 struct Connection {
     acceptor: TlsAcceptor,
     trust_domain: Arc<str>,
@@ -356,28 +385,51 @@ struct Connection {
     http: hyper::server::conn::http1::Builder,
     stop: watch::Receiver<bool>,
     handshake_timeout: Duration,
-    _permit: OwnedSemaphorePermit,
+    admission: Arc<Admission>,
+    in_flight: Arc<InFlight>,
+    logs: Arc<LogLimiter>,
+}
+
+/// A 429 answered without running the handler: the principal has too many requests in flight.
+fn too_many_requests() -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let body = hostd_api::answer::ErrorBody::new(
+        "too many requests in flight for this client; retry when earlier ones have finished",
+    );
+    (
+        axum::http::StatusCode::TOO_MANY_REQUESTS,
+        [(axum::http::header::RETRY_AFTER, "1")],
+        axum::Json(body),
+    )
+        .into_response()
 }
 
 impl Connection {
-    async fn run(mut self, tcp: TcpStream, peer: SocketAddr) {
+    async fn run(mut self, tcp: TcpStream, peer: SocketAddr, mut slot: HandshakeSlot) {
         let _ = tcp.set_nodelay(true);
         let handshake = tokio::time::timeout(self.handshake_timeout, self.acceptor.accept(tcp));
+        let now = std::time::Instant::now;
         let tls = tokio::select! {
             result = handshake => match result {
                 Ok(Ok(tls)) => tls,
                 Ok(Err(e)) => {
                     // Includes every refused client certificate (none, unknown CA, expired).
-                    tracing::warn!(%peer, error = %e, "TLS handshake failed");
+                    if let Some(n) = self.logs.hit("handshake-failed", now()) {
+                        tracing::warn!(%peer, error = %e, events = n, "TLS handshake failed");
+                    }
                     return;
                 }
                 Err(_) => {
-                    tracing::warn!(%peer, timeout_s = self.handshake_timeout.as_secs(), "TLS handshake timed out");
+                    if let Some(n) = self.logs.hit("handshake-timeout", now()) {
+                        tracing::warn!(%peer, timeout_s = self.handshake_timeout.as_secs(), events = n, "TLS handshake timed out");
+                    }
                     return;
                 }
             },
+            _ = &mut slot.evicted => return,
             () = stopped(&mut self.stop) => return,
         };
+        drop(slot);
 
         let leaf = tls.get_ref().1.peer_certificates().and_then(|c| c.first());
         let principal = match leaf.map(|der| Principal::from_cert_der(der, &self.trust_domain)) {
@@ -395,13 +447,33 @@ impl Connection {
                 return;
             }
         };
+        let _admitted = match self.admission.admit(&principal) {
+            Ok(a) => a,
+            Err(why) => {
+                if let Some(n) = self.logs.hit("connection-refused", now()) {
+                    tracing::warn!(%peer, principal = %principal, bound = ?why, events = n,
+                        "connection refused: too many connections");
+                }
+                let mut tls = tls;
+                let _ = tokio::time::timeout(Duration::from_secs(1), tls.shutdown()).await;
+                return;
+            }
+        };
         tracing::debug!(%peer, principal = %principal, "mTLS connection established");
 
         let app = self.app;
+        let in_flight = self.in_flight;
         let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+            let permit = in_flight.try_start(&principal);
             req.extensions_mut().insert(principal.clone());
             req.extensions_mut().insert(ConnectInfo(peer));
-            app.clone().oneshot(req)
+            let app = app.clone();
+            async move {
+                let Some(_permit) = permit else {
+                    return Ok(too_many_requests());
+                };
+                app.oneshot(req).await
+            }
         });
         let conn = self.http.serve_connection(TokioIo::new(tls), service);
         tokio::pin!(conn);

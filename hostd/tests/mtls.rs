@@ -640,3 +640,58 @@ async fn oversized_headers_are_refused_and_the_server_keeps_serving() {
     assert_eq!(node.hits.load(Ordering::SeqCst), 0);
     assert_eq!(node.client("ops").get("/v1/whoami").await.unwrap().0, 200);
 }
+
+/// Plain TCP connections that never start TLS (a stranger's idle sockets) cannot lock the
+/// operator out: the accept loop never waits, and a full handshake pool drops its oldest.
+#[tokio::test]
+async fn idle_sockets_do_not_lock_out_the_operator() {
+    let node = start_with(ServeOptions {
+        max_connections: 64,
+        max_handshaking: 16,
+        handshake_timeout: Duration::from_secs(10),
+        ..ServeOptions::default()
+    })
+    .await;
+    let mut idle = Vec::new();
+    for _ in 0..200 {
+        idle.push(tokio::net::TcpStream::connect(node.addr).await.unwrap());
+    }
+    let ops = node.client("ops").with_timeout(Duration::from_secs(3));
+    let started = std::time::Instant::now();
+    let (status, _) = ops.get("/v1/whoami").await.unwrap();
+    assert_eq!(status, 200);
+    assert!(started.elapsed() < Duration::from_secs(3));
+    drop(idle);
+}
+
+/// A tenant holds at most its share of connections, tenants together theirs, and the
+/// operator always gets in; more requests in flight than allowed are answered 429 at once.
+#[tokio::test]
+async fn a_tenant_cannot_take_the_operators_connections() {
+    let node = start_with(ServeOptions {
+        max_connections: 12,
+        max_tenant_connections: 8,
+        max_connections_per_principal: 4,
+        ..ServeOptions::default()
+    })
+    .await;
+    let mut held = Vec::new();
+    let mut refused = 0;
+    for _ in 0..10 {
+        let c = node.client("acme");
+        match c.get("/v1/whoami").await {
+            Ok((200, _)) => held.push(c),
+            Ok((s, b)) => panic!("{s} {b}"),
+            Err(ClientError::Closed { .. }) => refused += 1,
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    assert_eq!((held.len(), refused), (4, 6));
+    let (status, _) = node.client("ops").get("/v1/whoami").await.unwrap();
+    assert_eq!(status, 200);
+    drop(held);
+    // The slots come back once the tenant's connections close.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (status, _) = node.client("acme").get("/v1/whoami").await.unwrap();
+    assert_eq!(status, 200);
+}

@@ -58,6 +58,10 @@ async fn blocking<T: Send + 'static>(
 /// The API's routes over `node`.
 pub fn router(node: Arc<Node>) -> Router {
     let limit = node.config().api.max_body_bytes;
+    let body = crate::limits::BodyLimits {
+        max_bytes: limit,
+        deadline: std::time::Duration::from_secs(node.config().api.body_deadline_secs.max(1)),
+    };
     Router::new()
         .route("/v1/health", get(node::health))
         .route("/metrics", get(node::prometheus))
@@ -94,7 +98,7 @@ pub fn router(node: Arc<Node>) -> Router {
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such endpoint") })
         .layer(DefaultBodyLimit::max(limit))
         .layer(axum::middleware::from_fn_with_state(
-            limit,
+            body,
             crate::limits::enforce,
         ))
         .layer(axum::middleware::map_response(json_errors::json_errors))
