@@ -38,6 +38,7 @@ mod error;
 mod gpus;
 mod json_errors;
 mod leases;
+mod ledger_reads;
 mod node;
 mod tenants;
 mod usage;
@@ -100,6 +101,10 @@ pub fn router(node: Arc<Node>) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             body,
             crate::limits::enforce,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            ledger_reads::LedgerReads::new(ledger_reads::MAX_CONCURRENT),
+            ledger_reads::limit,
         ))
         .layer(axum::middleware::map_response(json_errors::json_errors))
         .with_state(node)
