@@ -2,6 +2,8 @@
 //! `<!-- example: NAME -->` marker must be exactly what the code produces for the example
 //! ledger, and the example export must verify with the real `sovctl`.
 
+mod common;
+
 use attest::note::NoteSigner;
 use auditor::money::amount_paise;
 use auditor::record::{Record, UsageRecord, RECORD_VERSION};
@@ -87,7 +89,7 @@ fn worked_example_matches_the_code_and_verifies() {
     let proof_file = dir.path().join("2-3.proof");
     fs::write(&proof_file, &proof).unwrap();
 
-    let verify = Command::new(sovctl_bin())
+    let verify = Command::new(common::sovctl_bin())
         .args(["audit", "verify", "--quiet", "--vkey"])
         .arg(export.join("log.vkey"))
         .arg(&export)
@@ -146,21 +148,4 @@ fn worked_example_matches_the_code_and_verifies() {
         "docs/audit.md is out of date; the code produces:\n\n{}",
         stale.join("\n")
     );
-}
-
-/// The `sovctl` binary that `cargo test --workspace` builds beside this test's executable
-/// (it belongs to the `sovctl` crate, so Cargo does not name it for hostd's tests).
-fn sovctl_bin() -> std::path::PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let dir = exe
-        .parent()
-        .and_then(std::path::Path::parent)
-        .expect("test executable lives in target/<profile>/deps");
-    let p = dir.join("sovctl");
-    assert!(
-        p.exists(),
-        "{} not found: run the tests with `cargo test --workspace` so Cargo builds sovctl",
-        p.display()
-    );
-    p
 }

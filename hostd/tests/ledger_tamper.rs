@@ -3,6 +3,8 @@
 //! Every tampering must make verification exit 1 with a message naming the problem; an
 //! untouched export must verify and reproduce the per-tenant totals.
 
+mod common;
+
 use attest::checkpoint::{open_checkpoint, sign_checkpoint, Checkpoint};
 use attest::note::NoteSigner;
 use auditor::money::amount_paise;
@@ -135,7 +137,7 @@ impl Fixture {
             self.vkey_file().display().to_string(),
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
-        run(sovctl_bin(), &args)
+        run(common::sovctl_bin(), &args)
     }
 }
 
@@ -232,7 +234,7 @@ fn untouched_export_verifies_with_totals() {
     // Without a pinned key nothing is checked: a forged export signed by any key that claims
     // the node's name would otherwise pass. Exit 2, and the message says how to pin.
     let v = run(
-        sovctl_bin(),
+        common::sovctl_bin(),
         &["audit".into(), "verify".into(), out.display().to_string()],
     );
     assert_eq!(v.code, Some(2), "{v:#?}");
@@ -243,7 +245,7 @@ fn untouched_export_verifies_with_totals() {
     );
     // Trusting the export's own key is an explicit, loudly named choice, and warned about.
     let v = run(
-        sovctl_bin(),
+        common::sovctl_bin(),
         &[
             "audit".into(),
             "verify".into(),
@@ -615,21 +617,4 @@ fn the_exported_checkpoint_is_the_nodes() {
         fs::read_to_string(out.join("log.vkey")).unwrap(),
         format!("{}\n", signer().verifier().to_vkey())
     );
-}
-
-/// The `sovctl` binary that `cargo test --workspace` builds beside this test's executable
-/// (it belongs to the `sovctl` crate, so Cargo does not name it for hostd's tests).
-fn sovctl_bin() -> std::path::PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let dir = exe
-        .parent()
-        .and_then(std::path::Path::parent)
-        .expect("test executable lives in target/<profile>/deps");
-    let p = dir.join("sovctl");
-    assert!(
-        p.exists(),
-        "{} not found: run the tests with `cargo test --workspace` so Cargo builds sovctl",
-        p.display()
-    );
-    p
 }

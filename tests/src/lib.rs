@@ -175,6 +175,21 @@ impl DevNode {
         c.args(args).output().expect("run sovctl")
     }
 
+    /// Runs `hostd dev` on this node's folder and port to completion (for a start that must
+    /// be refused), with `RUST_BACKTRACE=1` so a panic would show.
+    pub fn run_once(&self, extra: &[&str]) -> Output {
+        Command::new(bin("hostd"))
+            .arg("dev")
+            .arg("--dir")
+            .arg(&self.dir)
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{}", self.port))
+            .args(extra)
+            .env("RUST_BACKTRACE", "1")
+            .output()
+            .expect("run hostd")
+    }
+
     /// Waits up to `secs` for the daemon to exit by itself; its exit code, or `None` if it
     /// is still running.
     pub fn wait_exit(&mut self, secs: u64) -> Option<Option<i32>> {

@@ -53,24 +53,13 @@ fn a_second_dev_node_on_a_folder_in_use_changes_nothing() {
 #[test]
 fn a_deleted_database_is_refused_until_recovered_from_an_export() {
     let mut node = DevNode::start(&["--time-scale", "3600"]);
-    crate::create_tenants(&node);
-    let l = crate::lease(&node, "operator", "hyd-speech", 1, "H100");
-    let id = l["id"].as_str().unwrap().to_owned();
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    crate::json(&node.sovctl("operator", &["--json", "lease", "end", &id]));
+    crate::lease_some_time(&node);
     let export = node.dir.parent().unwrap().join("export-before");
     crate::export_and_verify(&node, &export, &[]);
     assert!(node.stop(), "hostd did not stop cleanly");
 
     std::fs::remove_dir_all(node.dir.join("state/db")).unwrap();
-    let out = Command::new(bin("hostd"))
-        .arg("dev")
-        .arg("--dir")
-        .arg(&node.dir)
-        .arg("--listen")
-        .arg(format!("127.0.0.1:{}", node.port))
-        .output()
-        .expect("run hostd");
+    let out = node.run_once(&[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
     assert!(stderr.contains("hostd ledger recover"), "{stderr}");
@@ -90,20 +79,7 @@ fn a_deleted_database_is_refused_until_recovered_from_an_export() {
     let after = node.dir.parent().unwrap().join("export-after");
     let report = crate::export_and_verify(&node, &after, &[]);
     assert!(report.contains("recovery 1"), "{report}");
-    let vkey = node.dir.join("state/log.vkey");
-    e2e::ok(&node.sovctl(
-        "",
-        &[
-            "audit",
-            "verify",
-            after.to_str().unwrap(),
-            "--vkey",
-            vkey.to_str().unwrap(),
-            "--previous",
-            export.join("checkpoint").to_str().unwrap(),
-            "--quiet",
-        ],
-    ));
+    crate::verify_extends(&node, &after, &export.join("checkpoint"));
 }
 
 /// Restarted under a clock behind its state (here: dev time accelerated 3600×, then real
@@ -156,11 +132,7 @@ fn a_clock_behind_the_state_never_takes_time_backwards() {
 #[test]
 fn a_damaged_database_is_refused_with_the_recovery_procedure() {
     let mut node = DevNode::start(&["--time-scale", "3600"]);
-    crate::create_tenants(&node);
-    let l = crate::lease(&node, "operator", "hyd-speech", 1, "H100");
-    let id = l["id"].as_str().unwrap().to_owned();
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    crate::json(&node.sovctl("operator", &["--json", "lease", "end", &id]));
+    crate::lease_some_time(&node);
     assert!(node.stop(), "hostd did not stop cleanly");
     let file = node.dir.join("state/db/db");
     let original = std::fs::read(&file).unwrap();
@@ -168,15 +140,7 @@ fn a_damaged_database_is_refused_with_the_recovery_procedure() {
     // catches) and panics on others (which must not reach the operator as a panic).
     for cut in [original.len() / 2, 4096, 600, 64] {
         std::fs::write(&file, &original[..cut.min(original.len())]).unwrap();
-        let out = Command::new(bin("hostd"))
-            .arg("dev")
-            .arg("--dir")
-            .arg(&node.dir)
-            .arg("--listen")
-            .arg(format!("127.0.0.1:{}", node.port))
-            .env("RUST_BACKTRACE", "1")
-            .output()
-            .expect("run hostd");
+        let out = node.run_once(&[]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "cut at {cut}: {stderr}");
         assert!(!stderr.contains("panicked"), "cut at {cut}: {stderr}");

@@ -93,19 +93,6 @@ fn a_full_disk_degrades_health_then_stops_loudly_and_loses_nothing() {
     crate::export_and_verify(&node, &after, &[]);
     let prev = node.dir.parent().unwrap().join("before.checkpoint");
     std::fs::write(&prev, acknowledged).unwrap();
-    let vkey = node.dir.join("state/log.vkey");
-    e2e::ok(&node.sovctl(
-        "",
-        &[
-            "audit",
-            "verify",
-            after.to_str().unwrap(),
-            "--vkey",
-            vkey.to_str().unwrap(),
-            "--previous",
-            prev.to_str().unwrap(),
-            "--quiet",
-        ],
-    ));
+    crate::verify_extends(&node, &after, &prev);
     drop(node);
 }

@@ -109,3 +109,32 @@ pub fn export_and_verify(node: &e2e::DevNode, export: &std::path::Path, extra: &
         ],
     ))
 }
+
+/// A lease of one H100 for `hyd-speech` that runs briefly (an hour or so of dev time at
+/// `--time-scale 3600`) and ends, so the ledger holds usage records.
+pub fn lease_some_time(node: &e2e::DevNode) {
+    create_tenants(node);
+    let l = lease(node, "operator", "hyd-speech", 1, "H100");
+    let id = l["id"].as_str().expect("lease id").to_owned();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    json(&node.sovctl("operator", &["--json", "lease", "end", &id]));
+}
+
+/// Offline verification that `export` extends the log whose checkpoint is in `previous`
+/// (pinning the node's key), as an auditor holding an older checkpoint checks.
+pub fn verify_extends(node: &e2e::DevNode, export: &std::path::Path, previous: &std::path::Path) {
+    let vkey = node.dir.join("state/log.vkey");
+    e2e::ok(&node.sovctl(
+        "",
+        &[
+            "audit",
+            "verify",
+            export.to_str().expect("utf-8 path"),
+            "--vkey",
+            vkey.to_str().expect("utf-8 path"),
+            "--previous",
+            previous.to_str().expect("utf-8 path"),
+            "--quiet",
+        ],
+    ));
+}
