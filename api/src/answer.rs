@@ -88,6 +88,10 @@ pub struct LeaseEnded {
 pub struct UsageList {
     /// The usage records the caller may see, in ledger order.
     pub records: Vec<UsageRecord>,
+    /// The `after` of the next page (the last record id this page scanned); absent when the
+    /// page reached the end of the ledger.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_after: Option<u64>,
 }
 
 /// `GET /v1/usage/{id}/receipt`: a record and its C2SP tlog-proof, checkable offline.

@@ -61,7 +61,13 @@ pub fn encode(s: &str) -> String {
     out
 }
 
-/// `GET /v1/usage`: usage records, optionally of one tenant and one lease.
+/// `GET /v1/usage`: one page of usage records, optionally of one tenant and one lease.
+///
+/// A page holds the matching records with id greater than `after`, in id order, at most
+/// `limit` of them; the answer's `next_after` is the `after` of the next page (absent once
+/// the end of the ledger was reached). The node also stops a page after scanning
+/// [`USAGE_SCAN_MAX`] records, matching or not, so a page can hold fewer than `limit`
+/// records (even none) and still have a `next_after`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UsageQuery {
@@ -69,7 +75,21 @@ pub struct UsageQuery {
     pub tenant: Option<String>,
     /// Only this lease's records.
     pub lease: Option<String>,
+    /// Only records with a greater id; default: from the ledger's first record.
+    pub after: Option<u64>,
+    /// At most this many records; default [`USAGE_LIMIT_DEFAULT`], at most
+    /// [`USAGE_LIMIT_MAX`] (a larger one is refused with 400).
+    pub limit: Option<u64>,
 }
+
+/// Records in a `GET /v1/usage` page when the query names no `limit`.
+pub const USAGE_LIMIT_DEFAULT: u64 = 1_000;
+/// The largest `limit` a `GET /v1/usage` query may ask for.
+pub const USAGE_LIMIT_MAX: u64 = 10_000;
+/// The most ledger records one `GET /v1/usage` page scans (matching or not) before it
+/// answers with what it found and a `next_after`: a tenant with few records cannot make one
+/// request walk a whole large ledger.
+pub const USAGE_SCAN_MAX: u64 = 100_000;
 
 impl UsageQuery {
     /// The request path.
@@ -77,6 +97,8 @@ impl UsageQuery {
         QueryString::new()
             .push_opt("tenant", self.tenant.as_deref())
             .push_opt("lease", self.lease.as_deref())
+            .push_opt("after", self.after)
+            .push_opt("limit", self.limit)
             .to_path("/v1/usage")
     }
 }
@@ -154,6 +176,13 @@ mod tests {
             "/v1/bill?tenant=hyd%20speech%26x%3D1&from=2026-01-01T00%3A00%3A00%2B05%3A30"
         );
         assert_eq!(UsageQuery::default().path(), "/v1/usage");
+        let page = UsageQuery {
+            tenant: Some("t".into()),
+            after: Some(41),
+            limit: Some(5),
+            ..UsageQuery::default()
+        };
+        assert_eq!(page.path(), "/v1/usage?tenant=t&after=41&limit=5");
         assert_eq!(
             RecordsQuery { size: Some(7) }.path(),
             "/v1/audit/records?size=7"

@@ -6,7 +6,7 @@
 
 use crate::record::{Record, UsageRecord};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// One line of an invoice: the usage records of one lease on one GPU model at one rate,
 /// summed.
@@ -57,6 +57,9 @@ pub struct Invoice {
 }
 
 /// Bills `tenant` for the usage records whose interval starts in `[from_ms, to_ms)`.
+///
+/// The same as feeding every record to an [`InvoiceBuilder`]: callers reading a large ledger
+/// use the builder directly and never hold all of its records.
 pub fn invoice(
     records: &[UsageRecord],
     tenant: &str,
@@ -64,53 +67,101 @@ pub fn invoice(
     to_ms: Option<i64>,
     start_ms: impl Fn(&UsageRecord) -> Option<i64>,
 ) -> (Vec<InvoiceLine>, Vec<u64>) {
-    struct Acc {
-        gpus: std::collections::BTreeSet<String>,
-        rate: u64,
-        gpu_ms: u64,
-        energy_j: f64,
-        amount: u64,
-        records: usize,
+    let mut b = InvoiceBuilder::new(tenant, from_ms, to_ms);
+    for r in records {
+        b.add(r, start_ms(r));
     }
-    let mut by_key: BTreeMap<(String, String, u64), Acc> = BTreeMap::new();
-    let mut ids = Vec::new();
-    for r in records.iter().filter(|r| r.tenant == tenant) {
-        let Some(start) = start_ms(r) else { continue };
-        if from_ms.is_some_and(|f| start < f) || to_ms.is_some_and(|t| start >= t) {
-            continue;
+    b.finish()
+}
+
+/// One invoice line being summed.
+#[derive(Debug)]
+struct LineAcc {
+    gpus: BTreeSet<String>,
+    rate: u64,
+    gpu_ms: u64,
+    energy_j: f64,
+    amount: u64,
+    records: usize,
+}
+
+/// [`invoice`] one record at a time: what a bill over a ledger too large to hold in memory
+/// uses. It keeps one accumulator per invoice line and the ids of the records billed, nothing
+/// else, so its memory does not grow with the records it is shown.
+#[derive(Debug)]
+pub struct InvoiceBuilder {
+    tenant: String,
+    from_ms: Option<i64>,
+    to_ms: Option<i64>,
+    by_key: BTreeMap<(String, String, u64), LineAcc>,
+    ids: Vec<u64>,
+}
+
+impl InvoiceBuilder {
+    /// A bill of `tenant` for the records whose interval starts in `[from_ms, to_ms)`
+    /// (`None`: unbounded on that side).
+    pub fn new(tenant: &str, from_ms: Option<i64>, to_ms: Option<i64>) -> InvoiceBuilder {
+        InvoiceBuilder {
+            tenant: tenant.to_owned(),
+            from_ms,
+            to_ms,
+            by_key: BTreeMap::new(),
+            ids: Vec::new(),
         }
-        ids.push(r.id);
-        let acc = by_key
+    }
+
+    /// Adds `r` if it is the tenant's and its interval, starting at `start_ms` (`None`: its
+    /// start is unreadable, and it is not billed), starts within the period. Records are
+    /// expected in ledger order: that is the order of the bill's record ids.
+    pub fn add(&mut self, r: &UsageRecord, start_ms: Option<i64>) {
+        if r.tenant != self.tenant {
+            return;
+        }
+        let Some(start) = start_ms else { return };
+        if self.from_ms.is_some_and(|f| start < f) || self.to_ms.is_some_and(|t| start >= t) {
+            return;
+        }
+        self.ids.push(r.id);
+        let acc = self
+            .by_key
             .entry((r.lease.clone(), r.gpu_model.clone(), r.rate_paise_per_hour))
-            .or_insert_with(|| Acc {
-                gpus: Default::default(),
+            .or_insert_with(|| LineAcc {
+                gpus: BTreeSet::new(),
                 rate: r.rate_paise_per_hour,
                 gpu_ms: 0,
                 energy_j: 0.0,
                 amount: 0,
                 records: 0,
             });
-        acc.gpus.insert(r.gpu_uuid.clone());
+        if !acc.gpus.contains(&r.gpu_uuid) {
+            acc.gpus.insert(r.gpu_uuid.clone());
+        }
         acc.gpu_ms += r.gpu_ms;
         acc.energy_j += r.energy_joules;
         acc.amount += r.amount_paise;
         acc.records += 1;
     }
-    let lines = by_key
-        .into_iter()
-        .map(|((lease, model, _), a)| InvoiceLine {
-            lease,
-            gpu_model: model,
-            gpus: a.gpus.len(),
-            rate_paise_per_hour: a.rate,
-            gpu_ms: a.gpu_ms,
-            gpu_hours: a.gpu_ms as f64 / 3_600_000.0,
-            energy_kwh: a.energy_j / 3_600_000.0,
-            amount_paise: a.amount,
-            records: a.records,
-        })
-        .collect();
-    (lines, ids)
+
+    /// The invoice lines (one per lease, GPU model and rate, in that order) and the ids of
+    /// the records billed.
+    pub fn finish(self) -> (Vec<InvoiceLine>, Vec<u64>) {
+        let lines = self
+            .by_key
+            .into_iter()
+            .map(|((lease, model, _), a)| InvoiceLine {
+                lease,
+                gpu_model: model,
+                gpus: a.gpus.len(),
+                rate_paise_per_hour: a.rate,
+                gpu_ms: a.gpu_ms,
+                gpu_hours: a.gpu_ms as f64 / 3_600_000.0,
+                energy_kwh: a.energy_j / 3_600_000.0,
+                amount_paise: a.amount,
+                records: a.records,
+            })
+            .collect();
+        (lines, self.ids)
+    }
 }
 
 /// A ledger leaf that is not a record.
@@ -128,13 +179,19 @@ pub struct BillingError {
 pub fn usage_records(leaves: &[Vec<u8>]) -> Result<Vec<UsageRecord>, BillingError> {
     let mut out = Vec::new();
     for (index, leaf) in (0u64..).zip(leaves) {
-        match serde_json::from_slice::<Record>(leaf) {
-            Ok(Record::Usage(u)) => out.push(u),
-            Ok(Record::Attestation(_) | Record::GpuEvent(_) | Record::Recovery(_)) => {}
-            Err(source) => return Err(BillingError { index, source }),
-        }
+        out.extend(usage_record(index, leaf)?);
     }
     Ok(out)
+}
+
+/// The usage record in one ledger leaf (`None` for other record kinds); an undecodable leaf
+/// is an error naming it. What a pass over the ledger one leaf at a time uses.
+pub fn usage_record(index: u64, leaf: &[u8]) -> Result<Option<UsageRecord>, BillingError> {
+    match serde_json::from_slice::<Record>(leaf) {
+        Ok(Record::Usage(u)) => Ok(Some(u)),
+        Ok(Record::Attestation(_) | Record::GpuEvent(_) | Record::Recovery(_)) => Ok(None),
+        Err(source) => Err(BillingError { index, source }),
+    }
 }
 
 #[cfg(test)]
@@ -186,6 +243,41 @@ mod tests {
             start,
         );
         assert_eq!(lines[0].records, 10);
+    }
+
+    #[test]
+    fn the_builder_bills_exactly_as_invoice() {
+        let mut records = Vec::new();
+        for h in 0..60u64 {
+            let mut r = rec(h, if h % 5 == 0 { "other" } else { "hyd-speech" }, h as i64);
+            r.lease = format!("lease-{}", h % 3);
+            r.gpu_uuid = format!("GPU-{}", h % 4);
+            r.gpu_model = if h % 7 == 0 { "A100" } else { "H100" }.into();
+            r.rate_paise_per_hour = 20_000 + 5_000 * (h % 2);
+            r.amount_paise = r.rate_paise_per_hour + h;
+            r.energy_joules = 1_000.5 * h as f64;
+            if h == 13 {
+                r.start = "unreadable".into();
+            }
+            records.push(r);
+        }
+        let start = |r: &UsageRecord| r.start.parse::<i64>().ok().map(|h| h * 3_600_000);
+        for (from, to) in [
+            (None, None),
+            (Some(10 * 3_600_000), Some(40 * 3_600_000)),
+            (Some(59 * 3_600_000), None),
+            (None, Some(0)),
+        ] {
+            let expected = invoice(&records, "hyd-speech", from, to, start);
+            let mut b = InvoiceBuilder::new("hyd-speech", from, to);
+            for r in &records {
+                b.add(r, start(r));
+            }
+            assert_eq!(b.finish(), expected, "period {from:?}..{to:?}");
+        }
+        let (lines, ids) = invoice(&records, "hyd-speech", None, None, start);
+        assert!(lines.len() > 3, "{lines:?}");
+        assert!(!ids.contains(&13) && !ids.contains(&5) && ids.contains(&14));
     }
 
     #[test]

@@ -836,6 +836,20 @@ impl Snapshot {
         strict_records(&self.store, 0..self.size)
     }
 
+    /// Records `range` (clamped to `0..size()`), in order, each with its index; a missing
+    /// record is an error that ends the iteration. Reads one record at a time, so a caller
+    /// that keeps none of them reads any range in constant memory.
+    pub fn records_in(
+        &self,
+        range: Range<u64>,
+    ) -> impl Iterator<Item = Result<(u64, Vec<u8>), LedgerError>> + '_ {
+        let end = range.end.min(self.size);
+        let start = range.start.min(end);
+        (start..)
+            .zip(strict_records(&self.store, start..end))
+            .map(|(i, r)| r.map(|b| (i, b)))
+    }
+
     /// The stored records below the checkpoint's size as they are, gaps included, as
     /// `(index, bytes)` — what a faithful export of a damaged state writes.
     pub fn stored_records(&self) -> impl Iterator<Item = Result<(u64, Vec<u8>), LedgerError>> + '_ {
@@ -1157,6 +1171,13 @@ mod tests {
         assert!(s.check().is_empty(), "{:?}", s.check());
         let recs: Vec<_> = s.records().collect::<Result<_, _>>().unwrap();
         assert_eq!(recs, leaves(0..6));
+        let some: Vec<_> = s.records_in(2..4).collect::<Result<_, _>>().unwrap();
+        assert_eq!(
+            some,
+            vec![(2, leaves(2..3)[0].clone()), (3, leaves(3..4)[0].clone())]
+        );
+        assert_eq!(s.records_in(5..100).count(), 1, "clamped to the checkpoint");
+        assert_eq!(s.records_in(9..100).count(), 0);
 
         let tree = db.open_tree(TREE_NAME).unwrap();
         tree.remove(leaf_key(5)).unwrap();

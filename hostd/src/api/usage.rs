@@ -1,16 +1,71 @@
 //! `/v1/usage` and `GET /v1/bill`: usage records, receipts and invoices.
 
 use super::*;
+use crate::ledger::Snapshot;
 use hostd_api::answer::{UsageList, UsageReceipt};
-use hostd_api::query::{BillQuery, UsageQuery};
+use hostd_api::query::{
+    BillQuery, UsageQuery, USAGE_LIMIT_DEFAULT, USAGE_LIMIT_MAX, USAGE_SCAN_MAX,
+};
 
-pub(super) fn usage_records(node: &Node) -> Result<Vec<UsageRecord>, NodeError> {
-    let leaves = node
-        .with_ledger(|l| l.records(0..l.size()).collect::<Result<Vec<_>, _>>())
-        .map_err(NodeError::internal)?;
-    billing::usage_records(&leaves).map_err(NodeError::internal)
+/// Ledger scans (usage pages, bills) running at once; the others wait their turn, so the
+/// memory of concurrent reads is bounded by this many pages, not by the number of requests.
+pub(super) static LEDGER_SCANS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(8);
+
+/// One `GET /v1/usage` page from `snap`: the usage records with id > `after` (from the start
+/// when `None`) matching `tenant` and `lease`, in id order, at most `limit` of them, reading
+/// one record at a time and at most `scan_max` records (matching or not). `next_after` is the
+/// last id scanned, or `None` when the scan reached the snapshot's end.
+pub(super) fn usage_page(
+    snap: &Snapshot,
+    tenant: Option<&str>,
+    lease: Option<&str>,
+    after: Option<u64>,
+    limit: u64,
+    scan_max: u64,
+) -> Result<UsageList, NodeError> {
+    let start = match after {
+        None => 0,
+        Some(a) => a.saturating_add(1),
+    };
+    let end = start.saturating_add(scan_max).min(snap.size());
+    let mut records = Vec::new();
+    let mut last = None;
+    for item in snap.records_in(start..end) {
+        let (id, leaf) = item.map_err(NodeError::internal)?;
+        last = Some(id);
+        let Some(r) = billing::usage_record(id, &leaf).map_err(NodeError::internal)? else {
+            continue;
+        };
+        if tenant.is_some_and(|t| r.tenant != t) || lease.is_some_and(|l| r.lease != l) {
+            continue;
+        }
+        records.push(r);
+        if records.len() as u64 >= limit {
+            break;
+        }
+    }
+    let next_after = last.filter(|&id| id.saturating_add(1) < snap.size());
+    Ok(UsageList {
+        records,
+        next_after,
+    })
 }
 
+/// The page size a query asks for: [`USAGE_LIMIT_DEFAULT`] when it names none, refused
+/// outside `1..=USAGE_LIMIT_MAX`.
+pub(super) fn page_limit(q: &UsageQuery) -> Result<u64, ApiError> {
+    match q.limit {
+        None => Ok(USAGE_LIMIT_DEFAULT),
+        Some(n) if (1..=USAGE_LIMIT_MAX).contains(&n) => Ok(n),
+        Some(n) => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("limit {n} is out of range: a page holds 1 to {USAGE_LIMIT_MAX} records"),
+        )),
+    }
+}
+
+/// `GET /v1/usage`: one page (see [`UsageQuery`]) read from a ledger snapshot, without the
+/// ledger's lock.
 pub(super) async fn list_usage(
     State(node): State<Arc<Node>>,
     Extension(p): Extension<Principal>,
@@ -24,15 +79,26 @@ pub(super) async fn list_usage(
             }
             Some(p.name.clone())
         }
-        _ => q.tenant,
+        _ => q.tenant.clone(),
     };
-    let records = blocking(&node, usage_records).await?;
-    let out: Vec<UsageRecord> = records
-        .into_iter()
-        .filter(|r| tenant.as_deref().is_none_or(|t| r.tenant == t))
-        .filter(|r| q.lease.as_deref().is_none_or(|l| r.lease == l))
-        .collect();
-    Ok(Json(UsageList { records: out }))
+    let limit = page_limit(&q)?;
+    let _permit = LEDGER_SCANS
+        .acquire()
+        .await
+        .map_err(|e| ApiError::internal(&e))?;
+    let page = blocking(&node, move |n| {
+        let snap = n.ledger_snapshot();
+        usage_page(
+            &snap,
+            tenant.as_deref(),
+            q.lease.as_deref(),
+            q.after,
+            limit,
+            USAGE_SCAN_MAX,
+        )
+    })
+    .await?;
+    Ok(Json(page))
 }
 
 pub(super) fn visible_record(
@@ -111,11 +177,21 @@ pub(super) async fn bill(
             .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e))
     };
     let (from_ms, to_ms) = (parse(&q.from)?, parse(&q.to)?);
+    let _permit = LEDGER_SCANS
+        .acquire()
+        .await
+        .map_err(|e| ApiError::internal(&e))?;
+    // One pass over a snapshot: every record checked against the signed root, the tenant's
+    // folded into the invoice as it goes; only the billed records' ids are kept.
     let invoice = blocking(&node, move |n| {
-        let verified = n.verified_ledger()?;
-        let records = billing::usage_records(&verified.leaves).map_err(NodeError::internal)?;
-        let start = |r: &UsageRecord| parse_time_ms(&r.start).ok();
-        let (lines, record_ids) = billing::invoice(&records, &q.tenant, from_ms, to_ms, start);
+        let mut acc = billing::InvoiceBuilder::new(&q.tenant, from_ms, to_ms);
+        let checkpoint = n.fold_verified_ledger(|index, leaf| {
+            if let Some(r) = billing::usage_record(index, leaf).map_err(NodeError::internal)? {
+                acc.add(&r, parse_time_ms(&r.start).ok());
+            }
+            Ok(())
+        })?;
+        let (lines, record_ids) = acc.finish();
         let total_paise = lines.iter().map(|l| l.amount_paise).sum();
         Ok(Invoice {
             tenant: q.tenant,
@@ -125,9 +201,166 @@ pub(super) async fn bill(
             total_paise,
             total: format_inr(total_paise),
             record_ids,
-            checkpoint: verified.checkpoint,
+            checkpoint,
         })
     })
     .await?;
     Ok(Json(invoice))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::Ledger;
+    use attest::note::NoteSigner;
+
+    fn usage(id: u64, tenant: &str, lease: &str) -> Vec<u8> {
+        Record::Usage(UsageRecord {
+            v: 1,
+            id,
+            node: "n".into(),
+            tenant: tenant.into(),
+            lease: lease.into(),
+            gpu_uuid: "GPU-0".into(),
+            gpu_model: "H100".into(),
+            start: "2026-01-01T00:00:00Z".into(),
+            end: "2026-01-01T00:01:00Z".into(),
+            gpu_ms: 60_000,
+            gpu_seconds: 60.0,
+            energy_joules: 1.0,
+            peak_memory_bytes: 0,
+            mean_utilization_pct: 0.0,
+            rate_paise_per_hour: 25_000,
+            amount_paise: 417,
+            policy_digest: String::new(),
+            prev: None,
+            attestation: None,
+        })
+        .to_leaf()
+        .unwrap()
+    }
+
+    /// 30 records: every third is a non-usage leaf; usage records alternate tenants a and b,
+    /// and tenant a's alternate leases x and y.
+    fn ledger() -> (tempfile::TempDir, Snapshot) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::Config::new()
+            .path(dir.path().join("db"))
+            .open()
+            .unwrap();
+        let signer = NoteSigner::from_seed("n/usage", &[3; 32]).unwrap();
+        let mut l = Ledger::open(&db, signer).unwrap();
+        let leaves: Vec<Vec<u8>> = (0..30u64)
+            .map(|i| match i % 3 {
+                0 => Record::Recovery(auditor::record::RecoveryRecord {
+                    v: 1,
+                    id: i,
+                    node: "n".into(),
+                    at: "2026-01-01T00:00:00Z".into(),
+                    store_size: 0,
+                    witnessed_size: 0,
+                    reappended: 0,
+                    export_size: 0,
+                    export_root: String::new(),
+                })
+                .to_leaf()
+                .unwrap(),
+                1 => usage(i, "a", if i % 2 == 0 { "x" } else { "y" }),
+                _ => usage(i, "b", "z"),
+            })
+            .collect();
+        l.append(&leaves).unwrap();
+        (dir, l.snapshot())
+    }
+
+    fn ids(page: &UsageList) -> Vec<u64> {
+        page.records.iter().map(|r| r.id).collect()
+    }
+
+    #[test]
+    fn pages_follow_after_limit_and_filters() {
+        let (_d, snap) = ledger();
+        // Everything, one page.
+        let all = usage_page(&snap, None, None, None, 1000, 100_000).unwrap();
+        assert_eq!(all.records.len(), 20);
+        assert_eq!(all.next_after, None);
+        // Pages of 3 of tenant a's records, chained by next_after, give the same records.
+        let mut after = None;
+        let mut chained = Vec::new();
+        loop {
+            let page = usage_page(&snap, Some("a"), None, after, 3, 100_000).unwrap();
+            assert!(page.records.len() <= 3);
+            assert!(page.records.iter().all(|r| r.tenant == "a"));
+            assert!(ids(&page).iter().all(|&id| after.is_none_or(|a| id > a)));
+            chained.extend(ids(&page));
+            match page.next_after {
+                Some(n) => {
+                    assert_eq!(
+                        Some(&n),
+                        chained.last(),
+                        "a full page resumes after its last"
+                    );
+                    after = Some(n);
+                }
+                None => break,
+            }
+        }
+        assert_eq!(chained, vec![1, 4, 7, 10, 13, 16, 19, 22, 25, 28]);
+        // ids strictly greater than `after`.
+        let page = usage_page(&snap, None, None, Some(4), 2, 100_000).unwrap();
+        assert_eq!(ids(&page), vec![5, 7]);
+        assert_eq!(page.next_after, Some(7));
+        // A lease filter.
+        let page = usage_page(&snap, Some("a"), Some("x"), None, 1000, 100_000).unwrap();
+        assert_eq!(ids(&page), vec![4, 10, 16, 22, 28]);
+        // A full page that ends on the last record has reached the end.
+        let page = usage_page(&snap, Some("b"), None, Some(26), 1, 100_000).unwrap();
+        assert_eq!((ids(&page), page.next_after), (vec![29], None));
+        let page = usage_page(&snap, Some("a"), None, Some(25), 1, 100_000).unwrap();
+        assert_eq!((ids(&page), page.next_after), (vec![28], Some(28)));
+        // Past the end: nothing, and no next page.
+        for after in [29, 30, u64::MAX] {
+            let page = usage_page(&snap, None, None, Some(after), 10, 100_000).unwrap();
+            assert!(page.records.is_empty() && page.next_after.is_none());
+        }
+    }
+
+    #[test]
+    fn a_page_scans_at_most_scan_max_records() {
+        let (_d, snap) = ledger();
+        // Records 0..7 scanned: tenant b's are 2 and 5; the next page starts after 6.
+        let page = usage_page(&snap, Some("b"), None, None, 1000, 7).unwrap();
+        assert_eq!(ids(&page), vec![2, 5]);
+        assert_eq!(page.next_after, Some(6));
+        // A tenant with no records still gets an answer per bounded scan, and reaches the end.
+        let mut after = None;
+        let mut pages = 0;
+        loop {
+            let page = usage_page(&snap, Some("nobody"), None, after, 1000, 7).unwrap();
+            assert!(page.records.is_empty());
+            pages += 1;
+            match page.next_after {
+                Some(n) => after = Some(n),
+                None => break,
+            }
+        }
+        assert_eq!(pages, 5, "30 records, 7 per scan");
+    }
+
+    #[test]
+    fn limits_default_and_are_bounded() {
+        let q = |limit| UsageQuery {
+            limit,
+            ..UsageQuery::default()
+        };
+        assert_eq!(page_limit(&q(None)).unwrap(), USAGE_LIMIT_DEFAULT);
+        assert_eq!(
+            page_limit(&q(Some(USAGE_LIMIT_MAX))).unwrap(),
+            USAGE_LIMIT_MAX
+        );
+        for bad in [0, USAGE_LIMIT_MAX + 1, u64::MAX] {
+            let e = page_limit(&q(Some(bad))).unwrap_err();
+            assert_eq!(e.into_response().status(), StatusCode::BAD_REQUEST);
+        }
+    }
 }

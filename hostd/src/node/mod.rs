@@ -51,7 +51,6 @@ mod verified;
 
 pub use error::{InternalError, NodeError};
 pub use leases::holder;
-pub use verified::VerifiedLedger;
 
 /// Counters exported on `/metrics`.
 #[derive(Debug, Default)]

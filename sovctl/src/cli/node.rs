@@ -61,11 +61,19 @@ pub enum LeaseCmd {
 
 #[derive(Debug, Subcommand)]
 pub enum UsageCmd {
+    /// Usage records in ledger order: every page, printed as each arrives, unless `--after`
+    /// or `--limit` asks for one page (whose `next_after`, if any, `--json` shows).
     List {
         #[arg(long)]
         tenant: Option<String>,
         #[arg(long)]
         lease: Option<String>,
+        /// One page: records with an id greater than ID.
+        #[arg(long, value_name = "ID")]
+        after: Option<u64>,
+        /// One page of at most N records (the node allows 1 to 10,000; default 1,000).
+        #[arg(long, value_name = "N")]
+        limit: Option<u64>,
     },
     /// A record and its tlog-proof receipt, checkable offline.
     Receipt {
@@ -266,25 +274,60 @@ pub async fn lease(c: Client, cmd: LeaseCmd, j: bool) -> CmdResult {
 /// `sovctl usage ...`.
 pub async fn usage(c: Client, cmd: UsageCmd, j: bool) -> CmdResult {
     match cmd {
-        UsageCmd::List { tenant, lease } => {
-            let list = c.usage(&UsageQuery { tenant, lease }).await?;
-            show(j, &list, |list| {
-                for r in &list.records {
-                    println!(
-                        "#{}  {}  {}  {} {}  {} → {}  {:.3} GPU-h  {:.1} J  {}",
-                        r.id,
-                        r.tenant,
-                        r.lease,
-                        r.gpu_model,
-                        r.gpu_uuid,
-                        r.start,
-                        r.end,
-                        r.gpu_ms as f64 / 3_600_000.0,
-                        r.energy_joules,
-                        format_inr(r.amount_paise),
-                    );
+        UsageCmd::List {
+            tenant,
+            lease,
+            after,
+            limit,
+        } => {
+            let mut q = UsageQuery {
+                tenant,
+                lease,
+                after,
+                limit,
+            };
+            if after.is_some() || limit.is_some() {
+                let page = c.usage(&q).await?;
+                return show(j, &page, |page| {
+                    page.records.iter().for_each(print_usage);
+                    if let Some(next) = page.next_after {
+                        println!("(more: --after {next})");
+                    }
+                });
+            }
+            // Every page, printed as it arrives: `--json` writes one `{"records":[...]}`
+            // document, the shape of a single page without `next_after`.
+            if j {
+                print!("{{\"records\":[");
+            }
+            let mut first = true;
+            loop {
+                let page = c.usage(&q).await?;
+                for r in &page.records {
+                    if j {
+                        let text = serde_json::to_string(r).map_err(Fail::usage)?;
+                        print!("{}\n{text}", if first { "" } else { "," });
+                    } else {
+                        print_usage(r);
+                    }
+                    first = false;
                 }
-            })
+                match page.next_after {
+                    Some(next) if q.after.is_none_or(|a| next > a) => q.after = Some(next),
+                    Some(next) => {
+                        return Err(Fail::usage(format!(
+                            "the node answered a page after {} with next_after {next}, which \
+                             does not advance",
+                            q.after.unwrap_or_default()
+                        )))
+                    }
+                    None => break,
+                }
+            }
+            if j {
+                println!("\n]}}");
+            }
+            Ok(Exit::Ok)
         }
         UsageCmd::Receipt { id, out } => {
             let r = c.receipt(id).await?;
@@ -302,6 +345,23 @@ pub async fn usage(c: Client, cmd: UsageCmd, j: bool) -> CmdResult {
             Ok(Exit::Ok)
         }
     }
+}
+
+/// One usage record, one line.
+fn print_usage(r: &auditor::record::UsageRecord) {
+    println!(
+        "#{}  {}  {}  {} {}  {} → {}  {:.3} GPU-h  {:.1} J  {}",
+        r.id,
+        r.tenant,
+        r.lease,
+        r.gpu_model,
+        r.gpu_uuid,
+        r.start,
+        r.end,
+        r.gpu_ms as f64 / 3_600_000.0,
+        r.energy_joules,
+        format_inr(r.amount_paise),
+    );
 }
 
 fn write_file(path: &Path, data: &[u8]) -> Result<(), Fail> {

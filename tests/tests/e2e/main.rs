@@ -10,6 +10,7 @@ mod devmode;
 mod disk;
 mod faults;
 mod story;
+mod usage_pages;
 
 use serde_json::Value;
 
