@@ -49,11 +49,17 @@ fn keygen_writes_0600_and_refuses_to_overwrite() {
 #[test]
 fn verifying_an_export_with_unreadable_files_is_an_io_error() {
     let dir = tempfile::tempdir().unwrap();
-    let (code, err) = sovctl(&["audit", "verify", "--quiet", dir.path().to_str().unwrap()]);
+    let d = dir.path().to_str().unwrap();
+    let (code, err) = sovctl(&["audit", "verify", "--quiet", "--trust-export-key", d]);
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("VERIFICATION FAILED"), "{err}");
     assert!(err.contains("cannot read"), "{err}");
     let missing = dir.path().join("nowhere");
-    let (code, err) = sovctl(&["audit", "verify", "--quiet", missing.to_str().unwrap()]);
+    let m = missing.to_str().unwrap();
+    let (code, err) = sovctl(&["audit", "verify", "--quiet", "--trust-export-key", m]);
     assert_eq!(code, Some(2), "{err}");
+    // Without a pinned key nothing is verified at all: a usage error that names --vkey.
+    let (code, err) = sovctl(&["audit", "verify", "--quiet", d]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--vkey"), "{err}");
 }

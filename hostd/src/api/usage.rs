@@ -7,10 +7,6 @@ use hostd_api::query::{
     BillQuery, UsageQuery, USAGE_LIMIT_DEFAULT, USAGE_LIMIT_MAX, USAGE_SCAN_MAX,
 };
 
-/// Ledger scans (usage pages, bills) running at once; the others wait their turn, so the
-/// memory of concurrent reads is bounded by this many pages, not by the number of requests.
-pub(super) static LEDGER_SCANS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(8);
-
 /// One `GET /v1/usage` page from `snap`: the usage records with id > `after` (from the start
 /// when `None`) matching `tenant` and `lease`, in id order, at most `limit` of them, reading
 /// one record at a time and at most `scan_max` records (matching or not). `next_after` is the
@@ -82,10 +78,6 @@ pub(super) async fn list_usage(
         _ => q.tenant.clone(),
     };
     let limit = page_limit(&q)?;
-    let _permit = LEDGER_SCANS
-        .acquire()
-        .await
-        .map_err(|e| ApiError::internal(&e))?;
     let page = blocking(&node, move |n| {
         let snap = n.ledger_snapshot();
         usage_page(
@@ -177,10 +169,6 @@ pub(super) async fn bill(
             .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e))
     };
     let (from_ms, to_ms) = (parse(&q.from)?, parse(&q.to)?);
-    let _permit = LEDGER_SCANS
-        .acquire()
-        .await
-        .map_err(|e| ApiError::internal(&e))?;
     // One pass over a snapshot: every record checked against the signed root, the tenant's
     // folded into the invoice as it goes; only the billed records' ids are kept.
     let invoice = blocking(&node, move |n| {
