@@ -50,7 +50,7 @@ fn usage(id: u64) -> Vec<u8> {
 
 /// A node's state directory: the log key file, the store, the witness.
 fn open(state: &Path) -> (Store, Result<Ledger, LedgerError>) {
-    let store = Store::open(state).unwrap();
+    let store = Store::open_stopped(state).unwrap();
     let ledger =
         Ledger::open_witnessed(store.db(), signer(), Witness::at(state.join(WITNESS_FILE)));
     (store, ledger)
@@ -104,7 +104,7 @@ fn a_restored_or_deleted_store_is_refused_then_recovered_from_an_export() {
     append(&state, 0..10);
     {
         // The backup also holds a lease that was still active when it was taken.
-        let store = Store::open(&state).unwrap();
+        let store = Store::open_stopped(&state).unwrap();
         let t = store.tree("leases").unwrap();
         t.put("lease/lease-a", &active_lease()).unwrap();
         t.put("cursor/lease-a/GPU-0", &serde_json::json!({"any": 1}))
@@ -208,7 +208,7 @@ fn a_store_of_another_log_under_the_same_key_is_refused() {
     // Another history of at least the witnessed size, signed with the same key.
     fs::remove_dir_all(state.join("db")).unwrap();
     {
-        let store = Store::open(&state).unwrap();
+        let store = Store::open_stopped(&state).unwrap();
         let mut l = Ledger::open(store.db(), signer()).unwrap();
         l.append(&[usage(0), usage(7), usage(2), usage(3)]).unwrap();
     }
@@ -228,7 +228,7 @@ fn a_changed_record_in_the_store_is_found_at_start() {
     fs::create_dir_all(&state).unwrap();
     append(&state, 0..5);
     {
-        let store = Store::open(&state).unwrap();
+        let store = Store::open_stopped(&state).unwrap();
         let tree = store.db().open_tree(hostd::ledger::TREE_NAME).unwrap();
         let mut key = vec![b'L'];
         key.extend_from_slice(&2u64.to_be_bytes());
