@@ -165,7 +165,7 @@ L4 = "60.00"
 
 [policy]
 file = "policy.toml"
-authority = "policy-authority.vkey"
+authority = "policy-authority.key.pub"
 
 [attestation]
 enrollment_certificate = "enrollment.json"
@@ -298,7 +298,7 @@ fn sign_dev_policy(dir: &Path) -> Result<()> {
     use rand_core::{OsRng, RngCore};
     let key_path = dir.join("policy-authority.key");
     let key = if key_path.exists() {
-        let text = std::fs::read_to_string(&key_path)
+        let text = keyfile::read_private(&key_path)
             .with_context(|| format!("reading {}", key_path.display()))?;
         policy::SignerKey::parse(text.trim())
             .with_context(|| format!("parsing {}", key_path.display()))?
@@ -314,10 +314,10 @@ fn sign_dev_policy(dir: &Path) -> Result<()> {
         key
     };
     std::fs::write(
-        dir.join("policy-authority.vkey"),
+        keyfile::public_key_path(&key_path),
         format!("{}\n", key.verifier().encode()),
     )
-    .context("writing the policy authority's vkey")?;
+    .context("writing the policy authority's verifier key")?;
     let policy_path = dir.join("policy.toml");
     let bytes = std::fs::read(&policy_path)
         .with_context(|| format!("reading {}", policy_path.display()))?;

@@ -12,11 +12,13 @@
 //!    mode after checking that nobody did.
 //! 3. **Held in zeroized memory**: what [`read_private`] returns is wiped when dropped.
 //!
-//! Ed25519 keys made by `sovctl ... keygen` (release, enrollment-authority and verifier keys)
-//! and the node identity key are 64 hex digits of the seed; their public half is written
-//! beside them as `KEY.pub` ([`public_key_path`]). The log and policy keys use the
-//! `golang.org/x/mod/sumdb/note` signer format instead, which their callers parse; the file
-//! rules are the same.
+//! Every `sovctl ... keygen` (`attest keygen` for release, enrollment-authority and verifier
+//! keys; `policy keygen` for policy authorities) takes `--out KEY` and writes the private key
+//! to `KEY` and its public half beside it as `KEY.pub` ([`public_key_path`]), never
+//! overwriting either. Ed25519 keys (and the node identity key) are 64 hex digits of the seed;
+//! the log and policy keys use the `golang.org/x/mod/sumdb/note` signer format instead (their
+//! `.pub` holds the note verifier key line), which their callers parse. The file rules are the
+//! same for all.
 
 #![warn(missing_docs)]
 

@@ -46,6 +46,36 @@ fn keygen_writes_0600_and_refuses_to_overwrite() {
     assert!(err.contains("refusing to overwrite"), "{err}");
 }
 
+/// One key-file convention for every keygen: `--out KEY` writes KEY (0600) and KEY.pub, and
+/// refuses to overwrite either.
+#[test]
+fn every_keygen_writes_key_and_key_pub() {
+    let dir = tempfile::tempdir().unwrap();
+    let attest = dir.path().join("release.key");
+    let policy = dir.path().join("authority.key");
+    let runs: [Vec<&str>; 2] = [
+        vec!["attest", "keygen", "--out", attest.to_str().unwrap()],
+        vec![
+            "policy",
+            "keygen",
+            "--name",
+            "authority.example.in",
+            "--out",
+            policy.to_str().unwrap(),
+        ],
+    ];
+    for (args, key) in runs.iter().zip([&attest, &policy]) {
+        let (code, err) = sovctl(args);
+        assert_eq!(code, Some(0), "{err}");
+        let mode = std::fs::metadata(key).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{}", key.display());
+        assert!(keyfile::public_key_path(key).is_file(), "{}", key.display());
+        let (code, err) = sovctl(args);
+        assert_eq!(code, Some(2), "{err}");
+        assert!(err.contains("refusing to overwrite"), "{err}");
+    }
+}
+
 #[test]
 fn verifying_an_export_with_unreadable_files_is_an_io_error() {
     let dir = tempfile::tempdir().unwrap();

@@ -62,12 +62,13 @@ pub enum PolicyCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Create a policy authority key pair: OUT.key (mode 0600) and OUT.vkey.
+    /// Create a policy authority key pair: OUT (private, mode 0600) and OUT.pub (its verifier
+    /// key), as every sovctl keygen.
     Keygen {
         /// Key name, e.g. policy-authority.example.in (no spaces or '+').
         #[arg(long)]
         name: String,
-        /// Output path prefix; refuses to overwrite existing files.
+        /// Private key file (its verifier key goes to OUT.pub); refuses to overwrite either.
         #[arg(long)]
         out: PathBuf,
     },
@@ -462,12 +463,10 @@ fn keygen(name: &str, out: &Path) -> Outcome {
         Ok(k) => k,
         Err(e) => return Outcome::usage(format!("error: {e}\n")),
     };
-    let mut key_path = out.as_os_str().to_owned();
-    key_path.push(".key");
-    let key_path = PathBuf::from(key_path);
-    let mut vkey_path = out.as_os_str().to_owned();
-    vkey_path.push(".vkey");
-    let vkey_path = PathBuf::from(vkey_path);
+    // The one key-file convention (keyfile): the private key at OUT, its public half at
+    // OUT.pub (here a note verifier key line), neither ever overwritten.
+    let key_path = out.to_path_buf();
+    let vkey_path = keyfile::public_key_path(out);
     for p in [&key_path, &vkey_path] {
         if p.exists() {
             return Outcome::usage(format!(
@@ -566,14 +565,14 @@ mod tests {
     #[test]
     fn keygen_sign_and_check_signature() {
         let d = Dir::new();
-        let prefix = d.path("authority");
+        let prefix = d.path("authority.key");
         let o = execute(PolicyCmd::Keygen {
             name: "policy-authority.example.in".into(),
             out: prefix.clone(),
         });
         assert_eq!(o.code, 0, "{o:?}");
         let key = d.path("authority.key");
-        let vkey = d.path("authority.vkey");
+        let vkey = d.path("authority.key.pub");
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;
