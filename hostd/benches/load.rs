@@ -43,6 +43,9 @@ impl Node {
             .arg(&self.dir)
             .args(["--listen", &format!("127.0.0.1:{}", self.port)])
             .env("HOSTD_LOG", "warn")
+            // As the documented unit runs it (docs/operations.md): two malloc arenas, not
+            // one per blocking thread.
+            .env("MALLOC_ARENA_MAX", "2")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -353,11 +356,13 @@ fn main() {
                     .map(|(s, _)| s)
             }));
         }
-        let (mut ok, mut other) = (0, 0);
+        let (mut ok, mut other) = (0, std::collections::BTreeMap::<String, u32>::new());
         for t in tasks {
             match t.await {
                 Ok(Ok(200)) => ok += 1,
-                _ => other += 1,
+                Ok(Ok(s)) => *other.entry(format!("HTTP {s}")).or_default() += 1,
+                Ok(Err(e)) => *other.entry(e.to_string()).or_default() += 1,
+                Err(e) => *other.entry(e.to_string()).or_default() += 1,
             }
         }
         (ok, other, started.elapsed())
@@ -365,7 +370,7 @@ fn main() {
     sampling.store(false, Ordering::Relaxed);
     let _ = sampler.join();
     println!(
-        "{concurrent} concurrent usage requests: {ok} answered 200, {other} other, in {elapsed:.1?}; hostd peak RSS {:.1} MiB",
+        "{concurrent} concurrent usage requests: {ok} answered 200, other: {other:?}, in {elapsed:.1?}; hostd peak RSS {:.1} MiB",
         peak.load(Ordering::Relaxed) as f64 / 1024.0
     );
     node.stop();

@@ -225,7 +225,7 @@ impl Default for ServeOptions {
             max_tenant_connections: 768,
             max_connections_per_principal: 32,
             max_requests_per_principal: 16,
-            max_handshaking: 256,
+            max_handshaking: 512,
             handshake_timeout: Duration::from_secs(5),
             header_read_timeout: Duration::from_secs(30),
             max_headers: 64,
