@@ -29,3 +29,4 @@ pub mod residency;
 pub mod state;
 pub mod tls;
 pub mod witness;
+pub mod workload;

@@ -1,0 +1,10 @@
+//! Tenants' work: jobs as locked-down systemd transient units.
+//!
+//! This is the first part of the workload area (issue 11): the sandbox a job runs in, written
+//! as the systemd unit properties that enforce it ([`sandbox`]), and the adapter that starts
+//! and stops units over systemd's D-Bus API ([`units`]), behind the [`units::UnitManager`]
+//! trait so that it can be driven against a fake `org.freedesktop.systemd1` in tests and the
+//! real one on a node. Jobs, the API, network namespaces and scratch storage build on these.
+
+pub mod sandbox;
+pub mod units;
