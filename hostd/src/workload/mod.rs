@@ -4,7 +4,11 @@
 //! as the systemd unit properties that enforce it ([`sandbox`]), and the adapter that starts
 //! and stops units over systemd's D-Bus API ([`units`]), behind the [`units::UnitManager`]
 //! trait so that it can be driven against a fake `org.freedesktop.systemd1` in tests and the
-//! real one on a node. Jobs, the API, network namespaces and scratch storage build on these.
+//! real one on a node; the device nodes a lease may open ([`devices`], the UVM major read
+//! from `/proc/devices`); and a uid per lease ([`uids`]). Jobs, the API, network namespaces
+//! and scratch storage build on these.
 
+pub mod devices;
 pub mod sandbox;
+pub mod uids;
 pub mod units;
