@@ -10,6 +10,9 @@
 //! `LEDGER_BENCH_SIZE` overrides the million; `--test` (as `cargo bench -- --test` passes)
 //! shrinks everything to a smoke run.
 
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use attest::log::{Log, LogStore};
 use attest::note::NoteSigner;
 use auditor::money::amount_paise;
@@ -177,7 +180,7 @@ fn verify_vs_sha256sum(dir: &Path, n: u64, runs: usize) {
     let mut sha = Vec::new();
     for _ in 0..runs {
         let t = Instant::now();
-        let out = Command::new(sovctl_bin())
+        let out = Command::new(common::sovctl_bin())
             .args(["audit", "verify", "--quiet", "--vkey"])
             .arg(&vkey)
             .arg(&export)
@@ -230,21 +233,4 @@ fn main() {
     bench_proofs(&mut c, dir.path(), n);
     verify_vs_sha256sum(dir.path(), n, if smoke { 1 } else { 5 });
     c.final_summary();
-}
-
-/// The `sovctl` binary that `cargo test --workspace` builds beside this test's executable
-/// (it belongs to the `sovctl` crate, so Cargo does not name it for hostd's tests).
-fn sovctl_bin() -> std::path::PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let dir = exe
-        .parent()
-        .and_then(std::path::Path::parent)
-        .expect("test executable lives in target/<profile>/deps");
-    let p = dir.join("sovctl");
-    assert!(
-        p.exists(),
-        "{} not found: run the tests with `cargo test --workspace` so Cargo builds sovctl",
-        p.display()
-    );
-    p
 }

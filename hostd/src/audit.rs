@@ -70,26 +70,20 @@ pub fn export_state(
     if !db_path.is_dir() {
         return Err(AuditError::NoState(state.to_owned()));
     }
-    // A hostd that just stopped may hold the lock for a moment while sled's background
-    // threads finish; a running one holds it for good.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    let db = loop {
-        match sled::Config::new().path(&db_path).open() {
-            Ok(db) => break db,
-            Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") => {
-                if std::time::Instant::now() >= deadline {
-                    return Err(AuditError::StateInUse);
-                }
-                std::thread::sleep(std::time::Duration::from_millis(50));
-            }
-            Err(source) => {
-                return Err(AuditError::OpenState {
-                    path: db_path,
-                    source,
-                })
+    let db = crate::state::while_locked(
+        || sled::Config::new().path(&db_path).open(),
+        crate::state::is_lock_error,
+    )
+    .map_err(|source| {
+        if crate::state::is_lock_error(&source) {
+            AuditError::StateInUse
+        } else {
+            AuditError::OpenState {
+                path: db_path.clone(),
+                source,
             }
         }
-    };
+    })?;
     let snap = Snapshot::from_db(&db)?;
     let mut problems = snap.check();
     let mut rs = Vec::with_capacity(receipts.len());

@@ -185,20 +185,13 @@ impl CertificateAuthority {
     ) -> Result<CertificateAuthority, PkiError> {
         validity.check()?;
         let key = Zeroizing::new(KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?);
-        let mut params = CertificateParams::default();
-        params.distinguished_name = DistinguishedName::new();
-        params
-            .distinguished_name
-            .push(DnType::CommonName, common_name);
+        // A leaf's parameters (name, serial, validity, key identifier), made a CA.
+        let mut params = leaf_params(validity, common_name);
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params.key_usages = vec![
             KeyUsagePurpose::KeyCertSign,
             KeyUsagePurpose::DigitalSignature,
         ];
-        params.use_authority_key_identifier_extension = true;
-        params.serial_number = Some(random_serial());
-        params.not_before = validity.not_before;
-        params.not_after = validity.not_after;
         let cert = params.clone().signed_by(&*key, &self.issuer, &self.key)?;
         // rcgen signs with an issuer built from the same parameters and key.
         let issuer = params.self_signed(&key)?;

@@ -21,7 +21,7 @@ use crate::lease::{self, Candidate, Lease, LeaseState, LeasedGpu, NewLease};
 use crate::ledger::Ledger;
 use crate::meter::{Anomaly, Cursor, Reading, Usage};
 use crate::residency::{PlaceRequest, Residency};
-use crate::state::keys::{cursor_prefix, LeasesKey, LEASE_PREFIX};
+use crate::state::keys::{cursor_prefix, LeasesKey, CURSOR_PREFIX, LEASE_PREFIX};
 use crate::state::{JsonTree, Store, StoreError};
 use attest::ear::{AttestationResult, Status};
 use auditor::money::amount_paise;
@@ -130,8 +130,8 @@ impl Node {
             metering_failing_since: Mutex::new(None),
         };
         node.recover()?;
-        node.check_state()?;
-        node.hold_clock_at_state()?;
+        let (leases, cursors) = node.check_state()?;
+        node.hold_clock_at_state(&leases, &cursors)?;
         node.load_latest_attestation()?;
         Ok(node)
     }
@@ -139,19 +139,22 @@ impl Node {
     /// Reads the whole state once, so damage is found at start, with one clear sentence,
     /// instead of failing every metering round and every read later: every ledger record
     /// against its leaf hash, and every tenant, lease and cursor as its type.
-    fn check_state(&self) -> Result<(), NodeError> {
+    /// Returns the leases and cursors it read, for the clock's floor.
+    fn check_state(&self) -> Result<(Vec<Lease>, Vec<Cursor>), NodeError> {
         lock(&self.ledger)
             .check_leaves()
             .map_err(|e| internal("checking the ledger", e))?;
         self.tenants
             .all::<Tenant>()
             .map_err(|e| internal("checking the tenants", e))?;
-        self.leases()
+        let leases = self
+            .leases()
             .map_err(|e| NodeError::internal(format!("checking the leases: {e}")))?;
-        self.leases
-            .scan::<Cursor>("cursor/")
+        let cursors = self
+            .leases
+            .scan::<Cursor>(CURSOR_PREFIX)
             .map_err(|e| internal("checking the meter cursors", e))?;
-        Ok(())
+        Ok((leases, cursors))
     }
 
     /// Makes every write durable (shutdown).

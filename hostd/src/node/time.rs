@@ -10,11 +10,6 @@
 
 use super::*;
 
-/// The latest time in ms among `times`, or `None` when there is none.
-pub(super) fn latest(times: impl IntoIterator<Item = i64>) -> Option<i64> {
-    times.into_iter().max()
-}
-
 /// The time a record was written for: the end of a usage interval, the moment of the others.
 fn record_time(rec: &Record) -> Option<i64> {
     let t = match rec {
@@ -27,28 +22,35 @@ fn record_time(rec: &Record) -> Option<i64> {
 }
 
 impl Node {
-    /// The latest time the node's state holds.
-    pub(super) fn time_floor(&self) -> Result<Option<i64>, NodeError> {
+    /// The latest time the node's state holds, given its leases and meter cursors (read
+    /// once at start, by the state check).
+    fn time_floor(&self, leases: &[Lease], cursors: &[Cursor]) -> Result<Option<i64>, NodeError> {
         let mut times = Vec::new();
-        for l in self.leases()? {
+        for l in leases {
             times.push(l.started_ms);
             times.extend(l.ended_ms);
         }
-        for c in self.leases.scan::<Cursor>("cursor/")? {
-            times.push(c.last_sample_ms.max(c.period_start_ms));
-        }
-        let last = lock(&self.ledger).size().checked_sub(1);
-        if let Some(i) = last {
-            let leaf = lock(&self.ledger).record(i).map_err(NodeError::internal)?;
+        times.extend(
+            cursors
+                .iter()
+                .map(|c| c.last_sample_ms.max(c.period_start_ms)),
+        );
+        let ledger = lock(&self.ledger);
+        if let Some(i) = ledger.size().checked_sub(1) {
+            let leaf = ledger.record(i).map_err(NodeError::internal)?;
             let rec = leaf.and_then(|l| serde_json::from_slice::<Record>(&l).ok());
             times.extend(rec.as_ref().and_then(record_time));
         }
-        Ok(latest(times))
+        Ok(times.into_iter().max())
     }
 
     /// Floors the clock at the state's latest time, warning when the system clock is behind.
-    pub(super) fn hold_clock_at_state(&self) -> Result<(), NodeError> {
-        let Some(floor) = self.time_floor()? else {
+    pub(super) fn hold_clock_at_state(
+        &self,
+        leases: &[Lease],
+        cursors: &[Cursor],
+    ) -> Result<(), NodeError> {
+        let Some(floor) = self.time_floor(leases, cursors)? else {
             return Ok(());
         };
         let behind = self.clock.raise_floor(floor);

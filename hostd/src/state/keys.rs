@@ -34,9 +34,12 @@ pub enum LeasesKey<'a> {
 /// Prefix of every lease key.
 pub const LEASE_PREFIX: &str = "lease/";
 
+/// Prefix of every meter cursor.
+pub const CURSOR_PREFIX: &str = "cursor/";
+
 /// Prefix of the cursors of one lease.
 pub fn cursor_prefix(lease: &str) -> String {
-    format!("cursor/{lease}/")
+    format!("{CURSOR_PREFIX}{lease}/")
 }
 
 impl LeasesKey<'_> {

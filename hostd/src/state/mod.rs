@@ -50,6 +50,30 @@ pub enum StoreError {
     },
 }
 
+/// Whether sled refused to open a database because another process holds its lock.
+pub fn is_lock_error(e: &sled::Error) -> bool {
+    matches!(e, sled::Error::Io(io) if io.to_string().contains("could not acquire lock"))
+}
+
+/// Runs `open` until it succeeds or fails with an error `locked` does not recognise, for at
+/// most 5 s. A hostd that just stopped holds its database lock for a moment while sled's
+/// background threads finish; a running one holds it for good, and the last (locked) error
+/// is returned. For offline tools on a stopped node's state.
+pub fn while_locked<T, E>(
+    mut open: impl FnMut() -> Result<T, E>,
+    locked: impl Fn(&E) -> bool,
+) -> Result<T, E> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        match open() {
+            Err(e) if locked(&e) && std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Handle to the node's sled database and its typed trees.
 #[derive(Clone)]
 pub struct Store {
@@ -103,24 +127,13 @@ impl Store {
         Ok(Store { db, meta })
     }
 
-    /// [`Store::open`] for offline tools on a stopped node: a hostd that just stopped may
-    /// hold the database lock for a moment while sled's threads finish, so a held lock is
-    /// retried for up to 5 s before it is reported (a running hostd holds it for good).
+    /// [`Store::open`] for offline tools on a stopped node, waiting out sled's lock as
+    /// [`while_locked`] does.
     pub fn open_stopped(state_dir: &Path) -> Result<Store, StoreError> {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        loop {
-            match Store::open(state_dir) {
-                Err(StoreError::Open {
-                    source: sled::Error::Io(e),
-                    ..
-                }) if e.to_string().contains("could not acquire lock")
-                    && std::time::Instant::now() < deadline =>
-                {
-                    std::thread::sleep(std::time::Duration::from_millis(50));
-                }
-                other => return other,
-            }
-        }
+        while_locked(
+            || Store::open(state_dir),
+            |e| matches!(e, StoreError::Open { source, .. } if is_lock_error(source)),
+        )
     }
 
     pub fn db(&self) -> &sled::Db {
