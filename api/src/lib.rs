@@ -4,7 +4,7 @@
 //! neither side walks untyped JSON. The crate holds no I/O beyond reading a profile file, so a
 //! client that links it links nothing of the daemon (no database, no HTTP server, no NVML).
 //!
-//! - [`tenant`], [`lease`], [`gpu`]: the resources, and the bodies that create them;
+//! - [`tenant`], [`lease`], [`gpu`], [`job`]: the resources, and the bodies that create them;
 //! - [`answer`]: the other answers (health, lists, receipts, evidence) and the error body;
 //! - [`query`]: the query strings of the `GET` routes, built by one URL-encoding helper;
 //! - [`profile`]: a client profile (`profile.toml`): where a node is and which certificate
@@ -14,6 +14,7 @@
 
 pub mod answer;
 pub mod gpu;
+pub mod job;
 pub mod lease;
 pub mod profile;
 pub mod query;

@@ -190,3 +190,25 @@ mod tests {
         assert_eq!(encode("₹"), "%E2%82%B9");
     }
 }
+
+/// `GET /v1/leases/{id}/jobs/{job}/logs`: the job's output (stdout and stderr interleaved).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogsQuery {
+    /// Keep the answer open and stream new output until the job ends.
+    #[serde(default)]
+    pub follow: bool,
+}
+
+impl LogsQuery {
+    /// The request path for job `job` of lease `lease` (ids are percent-encoded).
+    pub fn path(&self, lease: &str, job: &str) -> String {
+        QueryString::new()
+            .push_opt("follow", self.follow.then_some("true"))
+            .to_path(&format!(
+                "/v1/leases/{}/jobs/{}/logs",
+                encode(lease),
+                encode(job)
+            ))
+    }
+}

@@ -45,6 +45,8 @@ pub struct Config {
     pub policy: PolicyConfig,
     #[serde(default)]
     pub attestation: AttestationConfig,
+    #[serde(default)]
+    pub workloads: WorkloadConfig,
     /// The file this configuration was read from (measured into attestation evidence as
     /// `hostd.config`); not a key of the file.
     #[serde(skip)]
@@ -106,6 +108,104 @@ impl Default for StateConfig {
         Self {
             dir: PathBuf::from("/var/lib/hostd"),
         }
+    }
+}
+
+/// Tenants' jobs: where systemd is, where their logs and scratch live, and their limits.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkloadConfig {
+    /// Run jobs at all. Default true; a node without systemd sets false (the API then answers
+    /// 503 for jobs and says why).
+    pub enabled: bool,
+    /// D-Bus address of systemd. Default the system bus.
+    pub systemd_bus: String,
+    /// Where job logs and lease scratch directories live. Default `/var/lib/hostd-work`: not
+    /// inside the state directory, which is hostd's alone (0700) while jobs' uids must reach
+    /// their scratch.
+    pub work_dir: PathBuf,
+    /// First uid (and gid) of the range hostd gives leases' jobs. Default 60000.
+    pub uid_first: u32,
+    /// How many uids. Default 1000.
+    pub uid_count: u32,
+    /// Limits for jobs that ask for none.
+    pub default_memory_bytes: u64,
+    pub default_cpu_millis: u64,
+    pub default_tasks: u64,
+    pub default_max_runtime_secs: u64,
+    /// The most a job may ask for.
+    pub max_memory_bytes: u64,
+    pub max_cpu_millis: u64,
+    pub max_tasks: u64,
+    pub max_runtime_secs: u64,
+    /// Most jobs running at once on one lease.
+    pub max_jobs_per_lease: usize,
+}
+
+impl Default for WorkloadConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            systemd_bus: "unix:path=/run/dbus/system_bus_socket".into(),
+            work_dir: PathBuf::from("/var/lib/hostd-work"),
+            uid_first: 60_000,
+            uid_count: 1_000,
+            default_memory_bytes: 4 << 30,
+            default_cpu_millis: 2_000,
+            default_tasks: 512,
+            default_max_runtime_secs: 24 * 3600,
+            max_memory_bytes: 512 << 30,
+            max_cpu_millis: 64_000,
+            max_tasks: 65_536,
+            max_runtime_secs: 30 * 24 * 3600,
+            max_jobs_per_lease: 64,
+        }
+    }
+}
+
+impl WorkloadConfig {
+    /// The uid range stays clear of root and of systemd's DynamicUser range; defaults never
+    /// exceed maxima.
+    fn validate(&self) -> Result<(), (&'static str, String)> {
+        let end = u64::from(self.uid_first) + u64::from(self.uid_count);
+        if self.uid_first < 1000 || self.uid_count == 0 || (end > 61_184 && self.uid_first < 65_520)
+        {
+            return Err((
+                "workloads.uid_first",
+                "the job uid range must start at 1000 or above, hold at least one uid and stay clear of systemd's DynamicUser range 61184-65519".into(),
+            ));
+        }
+        let pairs = [
+            (
+                "workloads.default_memory_bytes",
+                self.default_memory_bytes,
+                self.max_memory_bytes,
+            ),
+            (
+                "workloads.default_cpu_millis",
+                self.default_cpu_millis,
+                self.max_cpu_millis,
+            ),
+            (
+                "workloads.default_tasks",
+                self.default_tasks,
+                self.max_tasks,
+            ),
+            (
+                "workloads.default_max_runtime_secs",
+                self.default_max_runtime_secs,
+                self.max_runtime_secs,
+            ),
+        ];
+        for (field, default, max) in pairs {
+            if default > max || default == 0 {
+                return Err((field, format!("must be between 1 and its maximum ({max})")));
+            }
+        }
+        if self.max_jobs_per_lease == 0 {
+            return Err(("workloads.max_jobs_per_lease", "must be at least 1".into()));
+        }
+        Ok(())
     }
 }
 
@@ -280,6 +380,7 @@ impl Config {
         fix(&mut self.api.cert);
         fix(&mut self.api.key);
         fix(&mut self.state.dir);
+        fix(&mut self.workloads.work_dir);
         if let Some(p) = self.gpu.nvml_library.as_mut() {
             fix(p);
         }
@@ -348,7 +449,9 @@ impl Config {
                 "must be between 1 KiB and 16 MiB".into(),
             ));
         }
-        Ok(())
+        self.workloads
+            .validate()
+            .map_err(|(field, m)| invalid(field, m))
     }
 
     /// Paise per GPU-hour for a GPU model, if the operator priced it.

@@ -12,8 +12,10 @@ use crate::residency::Residency;
 use crate::state::Store;
 use crate::tls;
 use crate::witness::{Witness, WITNESS_FILE};
+use crate::workload::runner::{Jobs, Paths};
+use crate::workload::units::Systemd;
 use anyhow::{Context, Result};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use tracing::{error, info, warn};
@@ -140,8 +142,70 @@ fn tick_period(cfg: &Config) -> Duration {
     Duration::from_secs_f64(secs.max(0.05))
 }
 
+/// Where this node's jobs run: systemd's bus, or why there are no jobs.
+#[derive(Debug, Clone)]
+pub struct WorkloadSetup {
+    /// The D-Bus address of the systemd that runs jobs, or why jobs are off.
+    pub bus: Result<String, String>,
+    /// The root of the system jobs run in (`/`, or dev mode's container).
+    pub system_root: PathBuf,
+}
+
+impl WorkloadSetup {
+    /// A node's own systemd, as configured.
+    pub fn from_config(cfg: &Config) -> WorkloadSetup {
+        WorkloadSetup {
+            bus: if cfg.workloads.enabled {
+                Ok(cfg.workloads.systemd_bus.clone())
+            } else {
+                Err("workloads.enabled is false in the configuration".into())
+            },
+            system_root: PathBuf::from("/"),
+        }
+    }
+}
+
+/// Connects to systemd, re-adopts running jobs and starts following them. Any failure turns
+/// jobs off with the reason (the rest of the node still serves), never stops the daemon.
+async fn start_workloads(
+    node: &Arc<Node>,
+    setup: WorkloadSetup,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> api::Workloads {
+    match try_start_workloads(node, setup, stop).await {
+        Ok(jobs) => {
+            info!("jobs run under systemd");
+            api::Workloads::On(jobs)
+        }
+        Err(why) => {
+            warn!(reason = %why, "jobs are off");
+            api::Workloads::Off(why)
+        }
+    }
+}
+
+async fn try_start_workloads(
+    node: &Arc<Node>,
+    setup: WorkloadSetup,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> std::result::Result<Arc<Jobs<Systemd>>, String> {
+    let bus = setup.bus?;
+    let systemd = Systemd::connect(&bus).await.map_err(|e| e.to_string())?;
+    let events = systemd.events().await.map_err(|e| e.to_string())?;
+    let cfg = node.config().workloads.clone();
+    let paths = Paths {
+        work: cfg.work_dir.clone(),
+        system_root: setup.system_root,
+    };
+    let jobs = Jobs::new(systemd, node.clone(), cfg, paths).map_err(|e| e.to_string())?;
+    jobs.adopt().await.map_err(|e| e.to_string())?;
+    let jobs = Arc::new(jobs);
+    tokio::spawn(jobs.clone().run(events, stop));
+    Ok(jobs)
+}
+
 /// Runs the daemon until SIGTERM or SIGINT.
-pub async fn run(node: Node) -> Result<()> {
+pub async fn run(node: Node, workloads: WorkloadSetup) -> Result<()> {
     let node = Arc::new(node);
     let cfg = node.config().clone();
     let server_cfg = tls::server_config(&cfg.api.ca, &cfg.api.cert, &cfg.api.key)
@@ -159,6 +223,7 @@ pub async fn run(node: Node) -> Result<()> {
         Duration::from_secs(cfg.metering.stop_after_failing_secs),
     ));
 
+    let workloads = start_workloads(&node, workloads, stop_rx.clone()).await;
     let mut server_stop = stop_rx.clone();
     let shutdown = async move {
         let _ = server_stop.changed().await;
@@ -171,7 +236,7 @@ pub async fn run(node: Node) -> Result<()> {
         listener,
         server_cfg,
         cfg.api.trust_domain.clone(),
-        api::router(node.clone()),
+        api::router_with(node.clone(), workloads),
         shutdown,
         options,
     ));

@@ -10,6 +10,7 @@ use crate::config::Config;
 use crate::gpu;
 use crate::pki::DevPki;
 use crate::principal::Role;
+use crate::workload::container::PrivateSystemd;
 use anyhow::{bail, Context, Result};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -170,6 +171,9 @@ authority = "policy-authority.key.pub"
 [attestation]
 enrollment_certificate = "enrollment.json"
 verifier_keys = ["{verifier}"]
+
+[workloads]
+work_dir = "work"
 "#,
         verifier = verifier_pub,
         listen = args.listen,
@@ -328,23 +332,130 @@ fn sign_dev_policy(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Boots (or adopts) the private systemd that runs dev mode's jobs, and gives the simulated
+/// GPUs device nodes in it. Where that cannot be had, jobs are off and the reason says what to
+/// install; the rest of the node runs.
+pub fn workloads(
+    dir: &Path,
+    cfg: &Config,
+    gpus: &str,
+) -> (crate::daemon::WorkloadSetup, Option<PrivateSystemd>) {
+    let off = |why: String| {
+        (
+            crate::daemon::WorkloadSetup {
+                bus: Err(why),
+                system_root: PathBuf::from("/"),
+            },
+            None,
+        )
+    };
+    if let Err(why) = crate::workload::runner::check_work_dir(&cfg.workloads.work_dir) {
+        return off(why);
+    }
+    if let Err(e) = std::fs::create_dir_all(&cfg.workloads.work_dir) {
+        return off(format!(
+            "cannot create {}: {e}",
+            cfg.workloads.work_dir.display()
+        ));
+    }
+    let dir = &dir.canonicalize().unwrap_or_else(|_| dir.to_owned());
+    let machine = format!("sovereign-dev-{}", short_hash(dir));
+    let binds = [cfg.workloads.work_dir.clone()];
+    let container = match PrivateSystemd::start_or_adopt(dir, &machine, &binds) {
+        Ok(c) => c,
+        Err(e) => return off(format!("no private systemd for jobs: {e}")),
+    };
+    if let Err(e) = make_gpu_nodes(&container.root(), sim_gpu_count(gpus))
+        .and_then(|()| resolve_users_from_userdb(&container.root()))
+    {
+        container.shutdown(std::time::Duration::from_secs(5));
+        return off(format!(
+            "cannot create the simulated GPUs' device nodes: {e}"
+        ));
+    }
+    (
+        crate::daemon::WorkloadSetup {
+            bus: Ok(container.bus_address()),
+            system_root: container.root(),
+        },
+        Some(container),
+    )
+}
+
+fn short_hash(dir: &Path) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(&Sha256::digest(dir.as_os_str().as_encoded_bytes())[..4])
+}
+
+/// How many GPUs `MODEL:COUNT,...` simulates (bad parts count as none: the simulation
+/// reports those itself).
+fn sim_gpu_count(gpus: &str) -> u32 {
+    gpus.split(',')
+        .filter_map(|part| part.split_once(':')?.1.trim().parse::<u32>().ok())
+        .sum()
+}
+
+/// The container's `/etc` starts empty: let its systemd find job users in `/run/userdb` as a
+/// node's does (see `workload::accounts`).
+fn resolve_users_from_userdb(root: &Path) -> Result<()> {
+    let conf = root.join("etc/nsswitch.conf");
+    std::fs::write(
+        &conf,
+        "passwd: files systemd\ngroup: files systemd\nshadow: files\n",
+    )
+    .with_context(|| format!("writing {}", conf.display()))
+}
+
+/// `/dev/nvidiactl` and `/dev/nvidia0..n` as character devices of the NVIDIA major. With no
+/// driver behind them an allowed node opens with ENXIO and a denied one with EPERM, so the
+/// device rules are tested for real without a GPU.
+fn make_gpu_nodes(root: &Path, count: u32) -> Result<()> {
+    use crate::workload::devices::{gpu_node, NVIDIACTL_MINOR, NVIDIA_MAJOR};
+    let nodes = std::iter::once(("/dev/nvidiactl".to_owned(), NVIDIACTL_MINOR))
+        .chain((0..count).map(|i| (gpu_node(i), i)));
+    for (path, minor) in nodes {
+        let at = root.join(path.trim_start_matches('/'));
+        if at.exists() {
+            continue;
+        }
+        let status = std::process::Command::new("mknod")
+            .args(["-m", "0666"])
+            .arg(&at)
+            .args(["c", &NVIDIA_MAJOR.to_string(), &minor.to_string()])
+            .status()
+            .context("running mknod")?;
+        if !status.success() {
+            bail!("mknod {} failed ({status})", at.display());
+        }
+    }
+    Ok(())
+}
+
 /// Points the simulated GPUs' clock at the node's clock (same epoch and scale).
 pub fn set_sim_clock(clock: &Clock) {
     std::env::set_var("NVML_SIM_CLOCK", clock.sim_env());
 }
 
 /// What to print once the node is up.
-pub fn banner(dir: &Path, cfg: &Config) -> String {
+pub fn banner(dir: &Path, cfg: &Config, jobs: &crate::daemon::WorkloadSetup) -> String {
     let d = dir.display();
+    let jobs = match &jobs.bus {
+        Ok(_) => "Jobs run for real under a private systemd 252 (systemd-nspawn).".to_owned(),
+        Err(why) => format!(
+            "Jobs are OFF: {why}.\nTo run jobs, install systemd-nspawn (apt-get install systemd-container) and run hostd dev as root."
+        ),
+    };
     format!(
         r#"
 Sovereign Host dev node "{node}" is running on https://{listen} ({scale}× time).
-Dev PKI, config and state are in {d}/. In another terminal, try:
+Dev PKI, config and state are in {d}/. {jobs}
+In another terminal, try:
 
   sovctl --profile {d}/operator tenant create --id hyd-speech --name "Hyderabad Speech Labs" --jurisdiction IN-TG
   sovctl --profile {d}/operator gpus
   sovctl --profile {d}/hyd-speech lease create --tenant hyd-speech --gpus 1 --model H100 --classification restricted --dataset telugu-asr-raw
   sovctl --profile {d}/hyd-speech lease list
+  sovctl --profile {d}/hyd-speech job run --lease <LEASE-ID> -- /bin/sh -c 'echo hello from $(id -u); ls -l /dev/nvidia*'
   sovctl --profile {d}/hyd-speech lease end <LEASE-ID>
   sovctl --profile {d}/hyd-speech bill --tenant hyd-speech
   sovctl --profile {d}/auditor audit export --out audit-export

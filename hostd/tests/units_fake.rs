@@ -97,6 +97,7 @@ fn job() -> JobSandbox {
             tasks: 64,
             runtime_usec: 60_000_000,
         },
+        writable: vec!["/tmp".into()],
     }
 }
 

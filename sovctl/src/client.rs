@@ -33,9 +33,10 @@ use hostd_api::answer::{
     UsageList, UsageReceipt,
 };
 use hostd_api::gpu::GpuList;
+use hostd_api::job::{Job, JobList, NewJob};
 use hostd_api::lease::{Lease, NewLease};
 use hostd_api::profile::{parse_server_url, Profile, ProfileError, ServerUrl};
-use hostd_api::query::{BillQuery, RecordsQuery, UsageQuery};
+use hostd_api::query::{BillQuery, LogsQuery, RecordsQuery, UsageQuery};
 use hostd_api::tenant::{NewTenant, Tenant};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -603,6 +604,48 @@ impl Client {
             )
             .await?;
         typed(status, decode_json(status, &body)?)
+    }
+}
+
+/// Jobs (`/v1/leases/{id}/jobs`).
+impl Client {
+    fn jobs_path(lease: &str) -> String {
+        format!("/v1/leases/{}/jobs", segment(lease))
+    }
+
+    /// `POST /v1/leases/{id}/jobs`.
+    pub async fn start_job(&self, lease: &str, job: &NewJob) -> Result<Job, ClientError> {
+        self.call_post(&Self::jobs_path(lease), job).await
+    }
+
+    /// `GET /v1/leases/{id}/jobs`.
+    pub async fn jobs(&self, lease: &str) -> Result<JobList, ClientError> {
+        self.call(&Self::jobs_path(lease)).await
+    }
+
+    /// `GET /v1/leases/{id}/jobs/{job}`.
+    pub async fn job(&self, lease: &str, job: &str) -> Result<Job, ClientError> {
+        self.call(&format!("{}/{}", Self::jobs_path(lease), segment(job)))
+            .await
+    }
+
+    /// `POST /v1/leases/{id}/jobs/{job}/stop`.
+    pub async fn stop_job(&self, lease: &str, job: &str) -> Result<Job, ClientError> {
+        let path = format!("{}/{}/stop", Self::jobs_path(lease), segment(job));
+        self.call_post(&path, &serde_json::json!({})).await
+    }
+
+    /// `GET /v1/leases/{id}/jobs/{job}/logs`, streamed into `out` as it arrives (with
+    /// `follow`, until the job ends); returns the bytes written.
+    pub async fn job_logs<W: AsyncWrite + Unpin>(
+        &self,
+        lease: &str,
+        job: &str,
+        q: &LogsQuery,
+        out: &mut W,
+    ) -> Result<u64, ClientError> {
+        let (_, n) = self.download(&q.path(lease, job), out).await?;
+        Ok(n)
     }
 }
 

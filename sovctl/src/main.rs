@@ -33,6 +33,9 @@ enum Cmd {
     /// GPU leases.
     #[command(subcommand)]
     Lease(node::LeaseCmd),
+    /// Jobs on a lease: run, list, show, logs, stop
+    #[command(subcommand)]
+    Job(cli::job::JobCmd),
     /// Usage records and their receipts.
     #[command(subcommand)]
     Usage(node::UsageCmd),
@@ -78,6 +81,7 @@ fn main() -> ExitCode {
         Cmd::Tenant(t) => cli::finish(node::online(profile, |c| node::tenant(c, t, j))),
         Cmd::Gpus => cli::finish(node::online(profile, |c| node::gpus(c, j))),
         Cmd::Lease(l) => cli::finish(node::online(profile, |c| node::lease(c, l, j))),
+        Cmd::Job(cmd) => cli::finish(node::online(profile, |c| cli::job::job(c, cmd, j))),
         Cmd::Usage(u) => cli::finish(node::online(profile, |c| node::usage(c, u, j))),
         Cmd::Bill(b) => cli::finish(node::online(profile, |c| node::bill(c, b, j))),
     }

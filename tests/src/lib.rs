@@ -244,7 +244,74 @@ impl DevNode {
 impl Drop for DevNode {
     fn drop(&mut self) {
         self.kill9();
+        stop_private_systemd(&self.dir);
     }
+}
+
+/// Kills the private systemd `hostd dev` booted for jobs in `dir` (it outlives hostd on
+/// purpose, so that a restarted hostd re-adopts running jobs) and removes its cgroups.
+pub fn stop_private_systemd(dir: &Path) {
+    let Ok(pid) = std::fs::read_to_string(dir.join("systemd-nspawn.pid")) else {
+        return;
+    };
+    let pid = pid.trim();
+    let cgroups: Vec<PathBuf> = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let (head, path) = l.rsplit_once(':')?;
+            let h = if head.ends_with("name=systemd") {
+                "systemd"
+            } else if head == "0:" {
+                "unified"
+            } else {
+                return None;
+            };
+            // nspawn sits in <machine>/supervisor: remove the whole <machine> tree.
+            let top = path.trim_start_matches('/').split('/').next()?;
+            (!top.is_empty()).then(|| Path::new("/sys/fs/cgroup").join(h).join(top))
+        })
+        .collect();
+    // The container's init first: killing a PID namespace's init kills everything in it,
+    // while killing nspawn alone would leave the container running.
+    let leaders: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|c| c.split_whitespace().map(str::to_owned).collect::<Vec<_>>())
+        .collect();
+    for p in leaders.iter().map(String::as_str).chain([pid]) {
+        let _ = Command::new("kill").args(["-KILL", p]).status();
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while cgroups.iter().any(|c| populated(c)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for c in cgroups {
+        remove_dirs(&c, 16);
+    }
+}
+
+/// Whether any process is left in the cgroup tree at `dir`.
+fn populated(dir: &Path) -> bool {
+    std::fs::read_to_string(dir.join("cgroup.events"))
+        .map(|e| e.contains("populated 1"))
+        .unwrap_or(false)
+}
+
+fn remove_dirs(dir: &Path, depth: u32) {
+    if depth == 0 || !dir.starts_with("/sys/fs/cgroup") {
+        return;
+    }
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                remove_dirs(&e.path(), depth - 1);
+            }
+        }
+    }
+    let _ = std::fs::remove_dir(dir);
 }
 
 /// Stdout of a command that must succeed.

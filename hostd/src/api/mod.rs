@@ -36,6 +36,7 @@ mod attestation;
 mod audit;
 mod error;
 mod gpus;
+mod jobs;
 mod json_errors;
 mod leases;
 mod ledger_reads;
@@ -44,6 +45,7 @@ mod tenants;
 mod usage;
 
 pub use error::ApiError;
+pub use jobs::Workloads;
 
 async fn blocking<T: Send + 'static>(
     node: &Arc<Node>,
@@ -56,8 +58,16 @@ async fn blocking<T: Send + 'static>(
         .map_err(ApiError::from)
 }
 
-/// The API's routes over `node`.
+/// The API's routes over `node`, on a node that runs no jobs.
 pub fn router(node: Arc<Node>) -> Router {
+    router_with(
+        node,
+        Workloads::Off("jobs are not enabled on this node".into()),
+    )
+}
+
+/// The API's routes over `node` and its jobs.
+pub fn router_with(node: Arc<Node>, workloads: Workloads) -> Router {
     let limit = node.config().api.max_body_bytes;
     let body = crate::limits::BodyLimits {
         max_bytes: limit,
@@ -79,6 +89,13 @@ pub fn router(node: Arc<Node>) -> Router {
         )
         .route("/v1/leases/{id}", get(leases::get_lease))
         .route("/v1/leases/{id}/end", post(leases::end_lease))
+        .route(
+            "/v1/leases/{id}/jobs",
+            get(jobs::list_jobs).post(jobs::start_job),
+        )
+        .route("/v1/leases/{id}/jobs/{job}", get(jobs::get_job))
+        .route("/v1/leases/{id}/jobs/{job}/stop", post(jobs::stop_job))
+        .route("/v1/leases/{id}/jobs/{job}/logs", get(jobs::job_logs))
         .route("/v1/usage", get(usage::list_usage))
         .route("/v1/usage/{id}", get(usage::get_usage))
         .route("/v1/usage/{id}/receipt", get(usage::get_receipt))
@@ -107,5 +124,6 @@ pub fn router(node: Arc<Node>) -> Router {
             ledger_reads::limit,
         ))
         .layer(axum::middleware::map_response(json_errors::json_errors))
+        .layer(Extension(workloads))
         .with_state(node)
 }

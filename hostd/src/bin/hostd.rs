@@ -62,7 +62,8 @@ fn init_logging() {
     }
 }
 
-fn serve(cfg: Config, dev_dir: Option<PathBuf>) -> anyhow::Result<()> {
+/// Runs the node; `dev` is `hostd dev`'s folder and simulated GPUs.
+fn serve(cfg: Config, dev_dir: Option<(PathBuf, String)>) -> anyhow::Result<()> {
     daemon::ensure_state_dir(&cfg.state.dir)?;
     let store = daemon::without_panics("opening the state database", || {
         Store::open(&cfg.state.dir).map_err(anyhow::Error::from)
@@ -76,9 +77,14 @@ fn serve(cfg: Config, dev_dir: Option<PathBuf>) -> anyhow::Result<()> {
     let node = daemon::without_panics("opening the node's state", || {
         daemon::open_node(cfg.clone(), store, clock)
     })?;
+    #[allow(unused_mut)]
+    let mut setup = daemon::WorkloadSetup::from_config(&cfg);
     #[cfg(feature = "dev")]
-    if let Some(dir) = &dev_dir {
-        println!("{}", dev::banner(dir, &cfg));
+    let mut container = None;
+    #[cfg(feature = "dev")]
+    if let Some((dir, gpus)) = &dev_dir {
+        (setup, container) = dev::workloads(dir, &cfg, gpus);
+        println!("{}", dev::banner(dir, &cfg, &setup));
     }
     #[cfg(not(feature = "dev"))]
     let _ = dev_dir;
@@ -87,7 +93,14 @@ fn serve(cfg: Config, dev_dir: Option<PathBuf>) -> anyhow::Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    rt.block_on(daemon::run(node))
+    let result = rt.block_on(daemon::run(node, setup));
+    // A clean stop of `hostd dev` takes its private systemd (and the jobs in it) down; a
+    // failure leaves it for the next start to adopt, as a node's systemd outlives hostd.
+    #[cfg(feature = "dev")]
+    if let (Some(c), Ok(())) = (container, &result) {
+        c.shutdown(std::time::Duration::from_secs(10));
+    }
+    result
 }
 
 fn main() -> ExitCode {
@@ -102,7 +115,8 @@ fn main() -> ExitCode {
         #[cfg(feature = "dev")]
         Cmd::Dev(args) => {
             init_logging();
-            dev::prepare(&args).and_then(|cfg| serve(cfg, Some(args.dir.clone())))
+            dev::prepare(&args)
+                .and_then(|cfg| serve(cfg, Some((args.dir.clone(), args.gpus.clone()))))
         }
         Cmd::Audit(AuditCmd::Export(args)) => return cli::run_export_state(args),
         Cmd::Ledger(LedgerCmd::Recover(args)) => return cli::run_recover(args),

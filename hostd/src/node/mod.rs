@@ -163,6 +163,11 @@ impl Node {
         Ok(())
     }
 
+    /// The store, for adapters that keep their own trees (jobs).
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
     pub fn config(&self) -> &Config {
         &self.cfg
     }

@@ -8,7 +8,11 @@
 //! from `/proc/devices`); and a uid per lease ([`uids`]). Jobs, the API, network namespaces
 //! and scratch storage build on these.
 
+pub mod accounts;
+pub mod container;
 pub mod devices;
+pub mod job;
+pub mod runner;
 pub mod sandbox;
 pub mod uids;
 pub mod units;

@@ -17,6 +17,7 @@
 //! | `RestrictAddressFamilies` | `AF_UNIX AF_INET AF_INET6` | no raw, netlink or packet sockets |
 //! | `RestrictNamespaces` | all | no nested containers to hide in |
 //! | `ProtectSystem` | `strict` | the whole file system read-only but the scratch |
+//! | `ReadWritePaths` | the lease's scratch | the one place a job writes |
 //! | `ProtectHome` | true | no home directories |
 //! | `PrivateTmp` | true | a /tmp of its own |
 //! | `MemoryMax`, `CPUQuotaPerSecUSec`, `TasksMax` | the job's limits | one job cannot starve the node |
@@ -85,6 +86,8 @@ pub struct JobSandbox {
     pub uvm_device: Option<String>,
     /// The job's limits, its runtime already cut at the lease's end.
     pub limits: Limits,
+    /// The only paths it may write (`ReadWritePaths`): its lease's scratch.
+    pub writable: Vec<PathBuf>,
 }
 
 /// Why a job's sandbox cannot be built.
@@ -103,6 +106,26 @@ pub enum SandboxError {
     NulInEnv { name: String },
     #[error("uid and gid 0 (root) are never given to a job")]
     Root,
+}
+
+/// Checks a command before anything is allocated for it: a program, no NUL bytes, valid
+/// variable names.
+pub fn check_command(argv: &[String], env: &BTreeMap<String, String>) -> Result<(), SandboxError> {
+    if argv.is_empty() {
+        return Err(SandboxError::EmptyArgv);
+    }
+    if let Some(index) = argv.iter().position(|a| a.contains('\0')) {
+        return Err(SandboxError::NulInArgv { index });
+    }
+    for (k, v) in env {
+        if !valid_env_name(k) {
+            return Err(SandboxError::BadEnvName { name: k.clone() });
+        }
+        if v.contains('\0') {
+            return Err(SandboxError::NulInEnv { name: k.clone() });
+        }
+    }
+    Ok(())
 }
 
 fn valid_env_name(n: &str) -> bool {
@@ -139,20 +162,7 @@ impl JobSandbox {
     /// The unit properties of this job, in a stable order.
     pub fn properties(&self) -> Result<Vec<(&'static str, PropertyValue)>, SandboxError> {
         use PropertyValue as V;
-        if self.argv.is_empty() {
-            return Err(SandboxError::EmptyArgv);
-        }
-        if let Some(index) = self.argv.iter().position(|a| a.contains('\0')) {
-            return Err(SandboxError::NulInArgv { index });
-        }
-        for (k, v) in &self.env {
-            if !valid_env_name(k) {
-                return Err(SandboxError::BadEnvName { name: k.clone() });
-            }
-            if v.contains('\0') {
-                return Err(SandboxError::NulInEnv { name: k.clone() });
-            }
-        }
+        check_command(&self.argv, &self.env)?;
         if self.uid == 0 || self.gid == 0 {
             return Err(SandboxError::Root);
         }
@@ -202,6 +212,15 @@ impl JobSandbox {
             ),
             ("RestrictNamespaces", V::U64(0)),
             ("ProtectSystem", V::Str("strict".into())),
+            (
+                "ReadWritePaths",
+                V::Strings(
+                    self.writable
+                        .iter()
+                        .map(|p| p.display().to_string())
+                        .collect(),
+                ),
+            ),
             ("ProtectHome", V::Str("yes".into())),
             ("PrivateTmp", V::Bool(true)),
             ("MemoryMax", V::U64(self.limits.memory_bytes)),
@@ -236,6 +255,7 @@ mod tests {
                 tasks: 512,
                 runtime_usec: 7_200_000_000,
             },
+            writable: vec!["/tmp".into()],
         }
     }
 

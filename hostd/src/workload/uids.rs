@@ -71,6 +71,16 @@ impl UidPool {
         Ok(free)
     }
 
+    /// Records that `lease` holds `uid` (re-adoption after a restart).
+    pub fn restore(&mut self, lease: &str, uid: u32) {
+        self.by_lease.insert(lease.to_owned(), uid);
+    }
+
+    /// Leases holding a uid.
+    pub fn leases(&self) -> Vec<String> {
+        self.by_lease.keys().cloned().collect()
+    }
+
     /// Gives the lease's uid back (its lease ended and its units are gone).
     pub fn release(&mut self, lease: &str) -> Option<u32> {
         self.by_lease.remove(lease)

@@ -8,11 +8,14 @@
 //! | 1 | the thing checked is bad: denied, invalid, not affirming, or the node refused |
 //! | 2 | usage, file, connection or I/O error: nothing was checked |
 //!
+//! `job run` (without `--detach`) is the one exception: it exits with the job's own status.
+//!
 //! A command returns `Result<Exit, Fail>`; [`finish`] prints a [`Fail`]'s message on standard
 //! error as `sovctl: ...` and turns either into the process's exit code.
 
 pub mod attest;
 pub mod audit;
+pub mod job;
 pub mod node;
 pub mod policy;
 
@@ -25,17 +28,24 @@ use std::process::ExitCode;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
     /// Done; allowed, valid, affirming.
-    Ok = 0,
+    Ok,
     /// The thing checked is bad, or the node refused.
-    Bad = 1,
+    Bad,
     /// Usage, file, connection or I/O error.
-    Usage = 2,
+    Usage,
+    /// `job run`: the job's own exit status.
+    Job(u8),
 }
 
 impl Exit {
     /// The process exit code.
     pub fn code(self) -> u8 {
-        self as u8
+        match self {
+            Exit::Ok => 0,
+            Exit::Bad => 1,
+            Exit::Usage => 2,
+            Exit::Job(c) => c,
+        }
     }
 }
 

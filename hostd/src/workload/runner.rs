@@ -1,0 +1,620 @@
+//! The jobs controller: starts, watches, stops and re-adopts tenants' jobs as systemd units.
+//!
+//! Everything it does to the system goes through [`UnitManager`]; its state is the `jobs`
+//! tree of the store (one [`StoredJob`] per job) plus, in memory, the keys of jobs that still
+//! run. It is driven three ways:
+//! - by the API (start, stop);
+//! - by systemd's signals (a unit changed, a reload finished), which trigger a refresh;
+//! - by a one-second tick, which refreshes anyway (a signal lost while the bus was busy
+//!   costs at most a second), meters CPU, memory and bytes, stops jobs whose lease has ended,
+//!   and re-applies device rules a `daemon-reload` dropped.
+//!
+//! Units are started with `AddRef`, so systemd keeps an ended unit and its exit status until
+//! hostd has read it and lets go. If hostd dies, the references go with its bus connection:
+//! units that are still running stay running, and [`Jobs::adopt`] takes them back on the next
+//! start; a unit that ended meanwhile is gone with its exit status and the job is `lost`.
+
+use super::accounts;
+use super::devices;
+use super::job::{self, StoredJob};
+use super::sandbox::{self, JobSandbox, PropertyValue};
+use super::uids::{UidPool, UidRange};
+use super::units::{UnitEvent, UnitManager};
+use crate::config::WorkloadConfig;
+use crate::lease::Lease;
+use crate::node::{InternalError, Node, NodeError};
+use crate::state::JsonTree;
+use hostd_api::job::{Job, JobState, NewJob};
+use hostd_api::lease::LeaseState;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tracing::{info, warn};
+
+/// Where jobs' files live and which device nodes exist.
+#[derive(Debug, Clone)]
+pub struct Paths {
+    /// Job logs, `<work>/logs/<lease>/<job>.log`, and scratch, `<work>/scratch/<lease>`.
+    pub work: PathBuf,
+    /// The root of the system systemd runs jobs in, where device nodes (`/dev/nvidia0`),
+    /// programs and user records (`/run/userdb`) are: `/` on a node, the container's root in
+    /// dev mode.
+    pub system_root: PathBuf,
+}
+
+/// The jobs of every lease on the node.
+pub struct Jobs<U> {
+    units: U,
+    node: Arc<Node>,
+    tree: JsonTree,
+    /// Which uid each lease holds (`<lease>` → uid), kept until the lease has ended and its
+    /// jobs are gone: its scratch files belong to that uid.
+    uid_tree: JsonTree,
+    cfg: WorkloadConfig,
+    paths: Paths,
+    uids: Mutex<UidPool>,
+    uvm: Option<String>,
+    live: Mutex<BTreeSet<String>>,
+    /// Jobs whose device rules must be re-applied: systemd reloaded (or hostd was away and
+    /// may have missed a reload). systemd still *reports* a rule it dropped for a node that
+    /// was missing at reload time, so the property cannot tell; re-applying can.
+    reapply: Mutex<BTreeSet<String>>,
+    write: tokio::sync::Mutex<()>,
+}
+
+fn internal(context: &str, e: impl std::error::Error + Send + Sync + 'static) -> NodeError {
+    NodeError::Internal(InternalError {
+        context: context.to_owned(),
+        source: Box::new(e),
+    })
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl<U: UnitManager> Jobs<U> {
+    /// The controller over `units`, with its state in `node`'s store.
+    pub fn new(
+        units: U,
+        node: Arc<Node>,
+        cfg: WorkloadConfig,
+        paths: Paths,
+    ) -> Result<Jobs<U>, NodeError> {
+        check_work_dir(&paths.work).map_err(NodeError::Unavailable)?;
+        let tree = node.store().tree("jobs")?;
+        let uid_tree = node.store().tree("job_uids")?;
+        let range = UidRange {
+            first: cfg.uid_first,
+            count: cfg.uid_count,
+        };
+        let mut uids = UidPool::new(range).map_err(|e| internal("job uid range", e))?;
+        for lease in uid_tree.keys("")? {
+            if let Some(uid) = uid_tree.get::<u32>(&lease)? {
+                uids.restore(&lease, uid);
+            }
+        }
+        // Jobs' uids must traverse to their scratch; logs are root's.
+        create_dir(&paths.work, 0o711)?;
+        create_dir(&paths.work.join("scratch"), 0o711)?;
+        create_dir(&paths.work.join("logs"), 0o700)?;
+        let uvm = devices::uvm_major(Path::new("/proc/devices")).map(|_| "/dev/nvidia-uvm".into());
+        Ok(Jobs {
+            units,
+            node,
+            tree,
+            uid_tree,
+            cfg,
+            paths,
+            uids: Mutex::new(uids),
+            uvm,
+            live: Mutex::default(),
+            reapply: Mutex::default(),
+            write: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// Takes back the jobs that ran when hostd stopped: units still loaded are held again
+    /// and watched; jobs whose unit is gone are `lost`; job units hostd has no record of are
+    /// stopped (nothing runs on the node that hostd does not account for).
+    pub async fn adopt(&self) -> Result<(), NodeError> {
+        let _w = self.write.lock().await;
+        let loaded: BTreeSet<String> = self
+            .units
+            .list(job::UNIT_PATTERN)
+            .await
+            .map_err(|e| internal("listing job units", e))?
+            .into_iter()
+            .collect();
+        let mut known = BTreeSet::new();
+        for mut s in self.tree.all::<StoredJob>()? {
+            known.insert(s.unit.clone());
+            if s.job.state.is_final() {
+                continue;
+            }
+            if loaded.contains(&s.unit) {
+                self.readopt(&s).await;
+            } else {
+                job::mark_lost(&mut s.job, self.node.clock().now_ms());
+                warn!(lease = %s.job.lease, job = %s.job.id, "job's unit vanished while hostd was down");
+                self.tree.put(&s.key(), &s)?;
+            }
+        }
+        for orphan in loaded.difference(&known) {
+            warn!(unit = %orphan, "stopping a job unit hostd has no record of");
+            if let Err(e) = self.units.stop(orphan).await {
+                warn!(unit = %orphan, error = %e, "could not stop orphan unit");
+            }
+        }
+        Ok(())
+    }
+
+    async fn readopt(&self, s: &StoredJob) {
+        if let Err(e) = self.units.hold(&s.unit, true).await {
+            warn!(job = %s.job.id, error = %e, "could not hold re-adopted unit");
+        }
+        lock(&self.live).insert(s.key());
+        lock(&self.reapply).insert(s.key());
+        info!(tenant = %s.job.tenant, lease = %s.job.lease, job = %s.job.id, "job re-adopted");
+    }
+
+    /// Starts a job on an active lease. The caller has checked that the principal may act on
+    /// the lease.
+    pub async fn start(&self, lease: &Lease, req: NewJob) -> Result<Job, NodeError> {
+        if lease.state != LeaseState::Active {
+            return Err(NodeError::Conflict(format!("lease {} has ended", lease.id)));
+        }
+        let limits = job::check_request(&req, &self.cfg)
+            .map_err(|e| NodeError::BadRequest(e.to_string()))?;
+        sandbox::check_command(&req.argv, &req.env)
+            .map_err(|e| NodeError::BadRequest(e.to_string()))?;
+        self.check_program(&req.argv[0])?;
+        let _w = self.write.lock().await;
+        self.check_capacity(&lease.id)?;
+        let uid = self.lease_uid(&lease.id)?;
+        accounts::ensure_job_user(&self.paths.system_root, uid)
+            .map_err(|e| internal("publishing the job's user", e))?;
+        let scratch = self.scratch(&lease.id, uid)?;
+        let id = new_job_id()?;
+        let workdir = match &req.workdir {
+            Some(w) => scratch.join(job::relative_inside(w).unwrap_or_default()),
+            None => scratch.clone(),
+        };
+        let sandbox = JobSandbox {
+            tenant: lease.tenant.clone(),
+            argv: req.argv.clone(),
+            env: req.env.clone(),
+            workdir,
+            uid,
+            gid: uid,
+            gpu_devices: lease
+                .gpus
+                .iter()
+                .map(|g| devices::gpu_node(g.index))
+                .collect(),
+            uvm_device: self.uvm.clone(),
+            limits: job::sandbox_limits(&limits),
+            writable: vec![scratch],
+        };
+        let mut props = sandbox
+            .properties()
+            .map_err(|e| NodeError::BadRequest(e.to_string()))?;
+        let devices = device_allow(&props);
+        let log = self.log_file(&lease.id, &id)?;
+        props.extend(watch_properties(&log));
+        let stored = StoredJob {
+            job: Job {
+                id: id.clone(),
+                lease: lease.id.clone(),
+                tenant: lease.tenant.clone(),
+                argv: req.argv.clone(),
+                env_names: req.env.keys().cloned().collect(),
+                state: JobState::Starting,
+                result: None,
+                exit_code: None,
+                signal: None,
+                started_ms: self.node.clock().now_ms(),
+                ended_ms: None,
+                cpu_ns: 0,
+                memory_peak_bytes: 0,
+                bytes_in: 0,
+                bytes_out: 0,
+                limits,
+                published_port: None,
+            },
+            unit: job::unit_name(&id),
+            uid,
+            devices,
+            stop_requested: false,
+        };
+        self.launch(stored, &props).await
+    }
+
+    /// Records the job, then asks systemd to start it; a refusal is recorded as `failed` and
+    /// answered 503 (its detail goes to the log, not to the client).
+    async fn launch(
+        &self,
+        mut stored: StoredJob,
+        props: &[(&'static str, PropertyValue)],
+    ) -> Result<Job, NodeError> {
+        self.tree.put(&stored.key(), &stored)?;
+        match self.units.start(&stored.unit, props).await {
+            Ok(()) => {
+                lock(&self.live).insert(stored.key());
+                info!(tenant = %stored.job.tenant, lease = %stored.job.lease, job = %stored.job.id, "job started");
+                Ok(stored.job)
+            }
+            Err(e) => {
+                warn!(lease = %stored.job.lease, job = %stored.job.id, error = %e, "systemd refused the job");
+                stored.job.state = JobState::Failed;
+                stored.job.result = Some("start-refused".into());
+                stored.job.ended_ms = Some(self.node.clock().now_ms());
+                self.tree.put(&stored.key(), &stored)?;
+                Err(NodeError::Unavailable(
+                    "the node could not start the job; try again later".into(),
+                ))
+            }
+        }
+    }
+
+    fn check_program(&self, program: &str) -> Result<(), NodeError> {
+        let on_node = self.paths.system_root.join(program.trim_start_matches('/'));
+        if on_node.is_file() {
+            Ok(())
+        } else {
+            Err(NodeError::BadRequest(format!(
+                "argv[0] {program} is not a file on the node"
+            )))
+        }
+    }
+
+    fn check_capacity(&self, lease: &str) -> Result<(), NodeError> {
+        let prefix = format!("{lease}/");
+        let running = lock(&self.live)
+            .iter()
+            .filter(|k| k.starts_with(&prefix))
+            .count();
+        if running >= self.cfg.max_jobs_per_lease {
+            return Err(NodeError::Busy(format!(
+                "lease {lease} already runs {running} jobs (at most {})",
+                self.cfg.max_jobs_per_lease
+            )));
+        }
+        Ok(())
+    }
+
+    /// The lease's scratch directory, created owned by its uid and closed to everyone else.
+    fn scratch(&self, lease: &str, uid: u32) -> Result<PathBuf, NodeError> {
+        let dir = self.paths.work.join("scratch").join(lease);
+        create_private_dir(&dir)?;
+        std::os::unix::fs::chown(&dir, Some(uid), Some(uid))
+            .map_err(|e| internal("giving the scratch to the lease's uid", e))?;
+        Ok(dir)
+    }
+
+    fn log_file(&self, lease: &str, job: &str) -> Result<PathBuf, NodeError> {
+        let dir = self.paths.work.join("logs").join(lease);
+        create_private_dir(&dir)?;
+        Ok(dir.join(format!("{job}.log")))
+    }
+
+    /// Where job `job` of `lease` writes its output.
+    pub fn log_path(&self, lease: &str, job: &str) -> PathBuf {
+        self.paths
+            .work
+            .join("logs")
+            .join(lease)
+            .join(format!("{job}.log"))
+    }
+
+    /// The jobs of `lease`, oldest first.
+    pub fn list(&self, lease: &str) -> Result<Vec<Job>, NodeError> {
+        let mut jobs: Vec<Job> = self
+            .tree
+            .scan::<StoredJob>(&format!("{lease}/"))?
+            .into_iter()
+            .map(|s| s.job)
+            .collect();
+        jobs.sort_by_key(|j| j.started_ms);
+        Ok(jobs)
+    }
+
+    /// One job of `lease`, or 404.
+    pub fn get(&self, lease: &str, id: &str) -> Result<Job, NodeError> {
+        Ok(self.stored(lease, id)?.job)
+    }
+
+    fn stored(&self, lease: &str, id: &str) -> Result<StoredJob, NodeError> {
+        self.tree
+            .get(&job::job_key(lease, id))?
+            .ok_or_else(|| NodeError::NotFound(format!("no job {id} on lease {lease}")))
+    }
+
+    /// Asks systemd to stop the job (all its processes); its state follows from the unit.
+    pub async fn stop(&self, lease: &str, id: &str) -> Result<Job, NodeError> {
+        let _w = self.write.lock().await;
+        let mut s = self.stored(lease, id)?;
+        if s.job.state.is_final() {
+            return Ok(s.job);
+        }
+        self.stop_unit(&mut s).await?;
+        Ok(s.job)
+    }
+
+    async fn stop_unit(&self, s: &mut StoredJob) -> Result<(), NodeError> {
+        s.stop_requested = true;
+        self.tree.put(&s.key(), s)?;
+        self.units.stop(&s.unit).await.map_err(|e| {
+            warn!(job = %s.job.id, error = %e, "stopping the job failed");
+            NodeError::Unavailable("the node could not stop the job; try again".into())
+        })
+    }
+
+    /// Reads every running job's unit: its end, its counters; stops jobs whose lease ended;
+    /// re-applies device rules systemd dropped.
+    pub async fn refresh(&self) -> Result<(), NodeError> {
+        let _w = self.write.lock().await;
+        let keys: Vec<String> = lock(&self.live).iter().cloned().collect();
+        for key in keys {
+            let Some(mut s) = self.tree.get::<StoredJob>(&key)? else {
+                lock(&self.live).remove(&key);
+                continue;
+            };
+            self.refresh_one(&mut s).await?;
+        }
+        self.release_ended_leases().await
+    }
+
+    async fn refresh_one(&self, s: &mut StoredJob) -> Result<(), NodeError> {
+        let now = self.node.clock().now_ms();
+        let status = match self.units.status(&s.unit).await {
+            Ok(st) => st,
+            Err(e) => {
+                warn!(job = %s.job.id, error = %e, "cannot read the job's unit");
+                return Ok(());
+            }
+        };
+        match &status {
+            Some(st) => job::apply_status(&mut s.job, st, now),
+            None => job::mark_lost(&mut s.job, now),
+        }
+        if status.as_ref().is_some_and(|st| !st.has_ended()) {
+            self.keep_devices(s).await;
+            self.stop_if_lease_ended(s).await?;
+        }
+        if s.job.state.is_final() {
+            self.finish(s).await;
+        }
+        self.tree.put(&s.key(), s)?;
+        Ok(())
+    }
+
+    async fn finish(&self, s: &StoredJob) {
+        lock(&self.live).remove(&s.key());
+        if let Err(e) = self.units.hold(&s.unit, false).await {
+            warn!(job = %s.job.id, error = %e, "could not let go of the ended unit");
+        }
+        info!(tenant = %s.job.tenant, lease = %s.job.lease, job = %s.job.id,
+            state = s.job.state.as_str(), exit_code = ?s.job.exit_code, signal = ?s.job.signal,
+            "job ended");
+    }
+
+    async fn stop_if_lease_ended(&self, s: &mut StoredJob) -> Result<(), NodeError> {
+        if s.stop_requested {
+            return Ok(());
+        }
+        let ended = match self.node.lease(&s.job.lease) {
+            Ok(l) => l.state == LeaseState::Ended,
+            Err(NodeError::NotFound(_)) => true,
+            Err(e) => return Err(e),
+        };
+        if ended {
+            info!(lease = %s.job.lease, job = %s.job.id, "lease ended: stopping its job");
+            // A failure is retried on the next tick (stop_requested stays unset).
+            if self.stop_unit(s).await.is_err() {
+                s.stop_requested = false;
+            }
+        }
+        Ok(())
+    }
+
+    /// Re-applies the job's `DeviceAllow` after a reload, once every node it names exists
+    /// again: re-applying while one is missing would drop its rule once more. Then reads the
+    /// property back to check systemd holds every rule granted.
+    async fn keep_devices(&self, s: &StoredJob) {
+        if !lock(&self.reapply).contains(&s.key()) {
+            return;
+        }
+        let root = &self.paths.system_root;
+        let absent: Vec<&str> = s
+            .devices
+            .iter()
+            .map(|(p, _)| p.as_str())
+            .filter(|p| !root.join(p.trim_start_matches('/')).exists())
+            .collect();
+        if !absent.is_empty() {
+            warn!(job = %s.job.id, ?absent, "device nodes missing after a reload; will re-apply once they are back");
+            return;
+        }
+        let props = [("DeviceAllow", PropertyValue::Devices(s.devices.clone()))];
+        if let Err(e) = self.units.set_properties(&s.unit, &props).await {
+            warn!(job = %s.job.id, error = %e, "could not re-apply device rules; retrying");
+            return;
+        }
+        match self.units.status(&s.unit).await {
+            Ok(Some(st)) if s.devices.iter().all(|d| st.device_allow.contains(d)) => {
+                lock(&self.reapply).remove(&s.key());
+                info!(tenant = %s.job.tenant, lease = %s.job.lease, job = %s.job.id, "device rules re-applied after a reload");
+            }
+            Ok(_) => warn!(job = %s.job.id, "systemd does not hold every device rule; retrying"),
+            Err(e) => warn!(job = %s.job.id, error = %e, "cannot check device rules; retrying"),
+        }
+    }
+
+    /// systemd finished a reload: every running job's device rules are re-applied.
+    fn reloaded(&self) {
+        let live = lock(&self.live).clone();
+        info!(
+            jobs = live.len(),
+            "systemd reloaded: re-applying device rules"
+        );
+        lock(&self.reapply).extend(live);
+    }
+
+    /// Follows systemd's signals and ticks every second until `stop` is set.
+    pub async fn run(
+        self: Arc<Self>,
+        mut events: tokio::sync::mpsc::Receiver<UnitEvent>,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+    ) {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut bus_open = true;
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                e = events.recv(), if bus_open => match e {
+                    Some(UnitEvent::Reloading { active: true }) => continue,
+                    Some(UnitEvent::Reloading { active: false }) => {
+                        self.reloaded();
+                        drain(&mut events, &self).await;
+                    }
+                    Some(_) => drain(&mut events, &self).await,
+                    None => {
+                        warn!("systemd's bus closed: jobs are watched by the tick only");
+                        bus_open = false;
+                    }
+                },
+                _ = stop.changed() => return,
+            }
+            if let Err(e) = self.refresh().await {
+                warn!(error = %e, "refreshing jobs failed");
+            }
+        }
+    }
+
+    /// The lease's uid: the one it holds, or a new one, recorded before it is used.
+    fn lease_uid(&self, lease: &str) -> Result<u32, NodeError> {
+        let mut pool = lock(&self.uids);
+        let known = pool.leases().iter().any(|l| l == lease);
+        let uid = pool
+            .assign(lease)
+            .map_err(|e| NodeError::Unavailable(e.to_string()))?;
+        if !known {
+            if let Err(e) = self.uid_tree.put(lease, &uid) {
+                pool.release(lease);
+                return Err(e.into());
+            }
+        }
+        Ok(uid)
+    }
+
+    /// Leases that have ended and run nothing more give their uid back, and their logs and
+    /// scratch are deleted: a tenant's data does not outlive its lease.
+    async fn release_ended_leases(&self) -> Result<(), NodeError> {
+        let holders = lock(&self.uids).leases();
+        for lease in holders {
+            let prefix = format!("{lease}/");
+            if lock(&self.live).iter().any(|k| k.starts_with(&prefix)) {
+                continue;
+            }
+            let ended = match self.node.lease(&lease) {
+                Ok(l) => l.state == LeaseState::Ended,
+                Err(NodeError::NotFound(_)) => true,
+                Err(e) => return Err(e),
+            };
+            if ended {
+                self.erase_lease_files(&lease)?;
+                self.uid_tree.remove(&lease)?;
+                lock(&self.uids).release(&lease);
+                info!(lease = %lease, "lease's job files erased and its uid released");
+            }
+        }
+        Ok(())
+    }
+
+    fn erase_lease_files(&self, lease: &str) -> Result<(), NodeError> {
+        for dir in ["scratch", "logs"] {
+            let path = self.paths.work.join(dir).join(lease);
+            match std::fs::remove_dir_all(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(internal("erasing a lease's job files", e)),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A work directory under `/tmp` or `/var/tmp` is hidden from every job by its `PrivateTmp`
+/// (systemd then fails the job with 226/NAMESPACE): refused with a sentence saying so.
+pub fn check_work_dir(work: &Path) -> Result<(), String> {
+    if ["/tmp", "/var/tmp"].iter().any(|t| work.starts_with(t)) {
+        return Err(format!(
+            "the work directory {} is under /tmp or /var/tmp, which every job's private /tmp hides; choose one elsewhere (hostd dev: a --dir outside /tmp)",
+            work.display()
+        ));
+    }
+    Ok(())
+}
+
+/// Waits a moment for a burst of signals to settle, then empties the queue: one refresh
+/// answers them all.
+async fn drain<U: UnitManager>(
+    events: &mut tokio::sync::mpsc::Receiver<UnitEvent>,
+    jobs: &Jobs<U>,
+) {
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    while let Ok(e) = events.try_recv() {
+        if e == (UnitEvent::Reloading { active: false }) {
+            jobs.reloaded();
+        }
+    }
+}
+
+/// Properties that let hostd follow the job: its output to its log, IP accounting, and a
+/// reference so that systemd keeps the ended unit until hostd has read its exit status.
+fn watch_properties(log: &Path) -> Vec<(&'static str, PropertyValue)> {
+    let log = log.display().to_string();
+    vec![
+        (
+            "StandardOutputFileToAppend",
+            PropertyValue::Str(log.clone()),
+        ),
+        ("StandardErrorFileToAppend", PropertyValue::Str(log)),
+        ("IPAccounting", PropertyValue::Bool(true)),
+        ("AddRef", PropertyValue::Bool(true)),
+    ]
+}
+
+fn device_allow(props: &[(&'static str, PropertyValue)]) -> Vec<(String, String)> {
+    props
+        .iter()
+        .find_map(|(k, v)| match (k, v) {
+            (&"DeviceAllow", PropertyValue::Devices(d)) => Some(d.clone()),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+fn create_private_dir(dir: &Path) -> Result<(), NodeError> {
+    create_dir(dir, 0o700)
+}
+
+/// Creates `dir` (and its parents) and sets its mode, also when it existed.
+fn create_dir(dir: &Path, mode: u32) -> Result<(), NodeError> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir)
+        .and_then(|()| std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode)))
+        .map_err(|e| internal("creating a job directory", e))
+}
+
+fn new_job_id() -> Result<String, NodeError> {
+    use rand_core::{OsRng, RngCore};
+    let mut b = [0u8; 8];
+    OsRng
+        .try_fill_bytes(&mut b)
+        .map_err(|e| internal("drawing a job id", e))?;
+    Ok(format!("job-{}", hex::encode(b)))
+}

@@ -1,0 +1,360 @@
+//! Jobs under a real systemd 252: `hostd dev` boots it in a `systemd-nspawn` container and
+//! drives it over D-Bus exactly as a node's hostd drives the host's systemd. GPU device rules
+//! are checked with `mknod` nodes: an allowed node opens with ENXIO (no driver behind it), a
+//! denied one with EPERM.
+//!
+//! Needs root and `systemd-nspawn` (Debian package `systemd-container`; `.ci/run` installs
+//! it). The node's folder is under Cargo's target directory, not /tmp: every job has a private
+//! /tmp, which would hide a work directory there.
+
+use crate::{create_tenants, json};
+use e2e::DevNode;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn jobs_node() -> DevNode {
+    assert!(
+        Path::new("/usr/bin/systemd-nspawn").exists(),
+        "systemd-nspawn is needed (apt-get install systemd-container)"
+    );
+    let parent = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    std::fs::create_dir_all(&parent).unwrap();
+    let node = DevNode::start_in(&parent, &[]);
+    assert!(
+        node.log_text().contains("jobs run under systemd"),
+        "jobs are off; log:\n{}",
+        node.log_text()
+    );
+    node
+}
+
+fn lease(node: &DevNode, tenant: &str) -> (String, u64) {
+    let l = json(&node.sovctl(
+        tenant,
+        &[
+            "--json", "lease", "create", "--tenant", tenant, "--gpus", "1", "--model", "H100",
+        ],
+    ));
+    (
+        l["id"].as_str().unwrap().to_owned(),
+        l["gpus"][0]["index"].as_u64().unwrap(),
+    )
+}
+
+/// `sovctl job run` to completion: (exit code, stdout).
+fn run(node: &DevNode, tenant: &str, lease: &str, script: &str) -> (i32, String) {
+    let out = node.sovctl(
+        tenant,
+        &[
+            "job", "run", "--lease", lease, "--", "/bin/sh", "-c", script,
+        ],
+    );
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+fn detached(node: &DevNode, tenant: &str, lease: &str, script: &str) -> String {
+    let j = json(&node.sovctl(
+        tenant,
+        &[
+            "--json", "job", "run", "--detach", "--lease", lease, "--", "/bin/sh", "-c", script,
+        ],
+    ));
+    j["id"].as_str().unwrap().to_owned()
+}
+
+fn show(node: &DevNode, tenant: &str, lease: &str, job: &str) -> Value {
+    json(&node.sovctl(tenant, &["--json", "job", "show", "--lease", lease, job]))
+}
+
+/// Polls the job until `pred` holds (bounded).
+fn wait_job(node: &DevNode, lease: &str, job: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let j = show(node, "operator", lease, job);
+        if pred(&j) {
+            return j;
+        }
+        assert!(Instant::now() < deadline, "job never got there: {j}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn jobs_run_confined_to_their_lease_under_real_systemd() {
+    let node = jobs_node();
+    create_tenants(&node);
+    let (la, ga) = lease(&node, "hyd-speech");
+    let (lb, gb) = lease(&node, "eu-bio");
+
+    // Runs as the lease's uid, not root; exit status comes back as sovctl's.
+    let (code, out) = run(&node, "hyd-speech", &la, "id -u; exit 3");
+    assert_eq!(code, 3, "{out}");
+    let uid: u32 = out.trim().parse().unwrap();
+    assert!((60_000..61_000).contains(&uid), "{out}");
+
+    // Its own GPU opens with ENXIO (allowed, no driver); the other lease's with EPERM.
+    let script = format!(
+        "head -c1 /dev/nvidia{ga} 2>&1; head -c1 /dev/nvidia{gb} 2>&1; head -c1 /dev/nvidiactl 2>&1; true"
+    );
+    let (_, out) = run(&node, "hyd-speech", &la, &script);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].contains("No such device or address"), "{out}");
+    assert!(lines[1].contains("Operation not permitted"), "{out}");
+    assert!(lines[2].contains("No such device or address"), "{out}");
+
+    // B's scratch holds a secret A's job cannot read; the system is read-only to both.
+    let (code, bdir) = run(&node, "eu-bio", &lb, "echo secret > s && pwd");
+    assert_eq!(code, 0, "{bdir}");
+    let (_, out) = run(
+        &node,
+        "hyd-speech",
+        &la,
+        &format!("cat {}/s 2>&1; touch /etc/x 2>&1; true", bdir.trim()),
+    );
+    assert!(out.contains("Permission denied"), "{out}");
+    assert!(out.contains("Read-only file system"), "{out}");
+    assert!(!out.contains("secret"), "{out}");
+
+    refusals(&node, &la, &lb);
+    stop_and_lease_end(&node, &la);
+}
+
+/// Bad input and other tenants: clear 4xx, nothing started.
+fn refusals(node: &DevNode, la: &str, lb: &str) {
+    let rt = node.rt();
+    rt.block_on(async {
+        let a = node.client("hyd-speech").await.unwrap();
+        let b = node.client("eu-bio").await.unwrap();
+        let au = node.client("auditor").await.unwrap();
+        let path = format!("/v1/leases/{la}/jobs");
+        for (body, want) in [
+            (json!({"argv": []}), "argv must not be empty"),
+            (json!({"argv": ["sh"]}), "absolute path"),
+            (json!({"argv": ["/bin/sh\u{0}x"]}), "NUL"),
+            (json!({"argv": ["/bin/true", "a\u{0}b"]}), "NUL"),
+            (json!({"argv": ["/no/such/program"]}), "not a file"),
+            (
+                json!({"argv": ["/bin/true"], "env": {"A B": "x"}}),
+                "environment",
+            ),
+            (
+                json!({"argv": ["/bin/true"], "env": {"BIG": "x".repeat(200_000)}}),
+                "",
+            ),
+            (
+                json!({"argv": ["/bin/true"], "workdir": "../.."}),
+                "workdir",
+            ),
+            (
+                json!({"argv": ["/bin/true"], "limits": {"memory_bytes": u64::MAX}}),
+                "more than this node allows",
+            ),
+            (json!({"argv": ["/bin/true"], "surprise": 1}), "surprise"),
+        ] {
+            let (st, e) = a.post(&path, &body).await.unwrap();
+            assert!((400..500).contains(&st), "{body}: {st} {e}");
+            assert!(e.to_string().contains(want), "{body}: {e}");
+        }
+        let (st, _) = b
+            .post(&path, &json!({"argv": ["/bin/true"]}))
+            .await
+            .unwrap();
+        assert_eq!(st, 404, "another tenant's lease is not there");
+        let (st, _) = b.get(&path).await.unwrap();
+        assert_eq!(st, 404);
+        let (st, _) = au
+            .post(&path, &json!({"argv": ["/bin/true"]}))
+            .await
+            .unwrap();
+        assert_eq!(st, 403, "auditors read");
+        let (st, list) = au.get(&path).await.unwrap();
+        assert_eq!(st, 200, "{list}");
+        let (st, _) = a.get(&format!("/v1/leases/{lb}/jobs/nope")).await.unwrap();
+        assert_eq!(st, 404);
+    });
+}
+
+/// A stopped job is killed by SIGTERM; ending the lease stops its jobs; an ended lease
+/// runs nothing more.
+fn stop_and_lease_end(node: &DevNode, la: &str) {
+    let j = detached(node, "hyd-speech", la, "exec sleep 300");
+    wait_job(node, la, &j, |v| v["state"] == "running");
+    e2e::ok(&node.sovctl("hyd-speech", &["job", "stop", "--lease", la, &j]));
+    let v = wait_job(node, la, &j, |v| v["state"] == "killed");
+    assert_eq!(v["signal"], 15, "{v}");
+
+    let k = detached(node, "hyd-speech", la, "exec sleep 300");
+    wait_job(node, la, &k, |v| v["state"] == "running");
+    e2e::ok(&node.sovctl("hyd-speech", &["lease", "end", la]));
+    wait_job(node, la, &k, |v| v["state"] == "killed");
+    let out = node.sovctl(
+        "hyd-speech",
+        &["job", "run", "--lease", la, "--", "/bin/true"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("has ended"),
+        "{out:?}"
+    );
+}
+
+/// The container's systemd, from the host: `systemctl`-like calls over its bus.
+fn container_bus(node: &DevNode) -> (String, PathBuf) {
+    let pid = std::fs::read_to_string(node.dir.join("systemd-nspawn.pid")).unwrap();
+    let children = std::fs::read_dir(format!("/proc/{}/task", pid.trim()))
+        .unwrap()
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .collect::<String>();
+    let leader = children.split_whitespace().next().unwrap().to_owned();
+    let root = PathBuf::from(format!("/proc/{leader}/root"));
+    (
+        format!(
+            "unix:path={}",
+            root.join("run/dbus/system_bus_socket").display()
+        ),
+        root,
+    )
+}
+
+fn daemon_reload(bus: &str) {
+    let out = Command::new("busctl")
+        .arg(format!("--address={bus}"))
+        .args([
+            "--",
+            "call",
+            "org.freedesktop.systemd1",
+            "/org/freedesktop/systemd1",
+            "org.freedesktop.systemd1.Manager",
+            "Reload",
+        ])
+        .output()
+        .expect("busctl (package systemd)");
+    assert!(out.status.success(), "{out:?}");
+}
+
+#[test]
+fn reloads_and_hostd_restarts_leave_running_jobs_their_gpu() {
+    let mut node = jobs_node();
+    create_tenants(&node);
+    let (la, ga) = lease(&node, "hyd-speech");
+    // Probes its GPU every 100 ms and records how the open failed.
+    let probe = format!(
+        "while true; do head -c1 /dev/nvidia{ga} 2>&1 | tail -n1 > probe.new; mv probe.new probe; sleep 0.1; done"
+    );
+    let j = detached(&node, "hyd-speech", &la, &probe);
+    wait_job(&node, &la, &j, |v| v["state"] == "running");
+    let scratch = node_scratch(&node, &la);
+    let probe_says = |want: &str| {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let seen = std::fs::read_to_string(scratch.join("probe")).unwrap_or_default();
+            if seen.contains(want) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "probe says {seen:?}, not {want}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    probe_says("No such device or address");
+
+    // The NVIDIA toolkit trap: a reload while the node is missing drops the rule silently.
+    // A bystander unit with the same rule, which no hostd watches, shows that it happens.
+    let (bus, root) = container_bus(&node);
+    start_bystander(&bus, ga);
+    let bystander_says = |want: &str| {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let seen = std::fs::read_to_string(root.join("run/bystander")).unwrap_or_default();
+            if seen.contains(want) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "bystander says {seen:?}, not {want}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    bystander_says("No such device or address");
+    let gpu = root.join(format!("dev/nvidia{ga}"));
+    std::fs::remove_file(&gpu).unwrap();
+    daemon_reload(&bus);
+    let made = Command::new("mknod")
+        .args(["-m", "0666"])
+        .arg(&gpu)
+        .args(["c", "195", &ga.to_string()])
+        .status()
+        .unwrap();
+    assert!(made.success());
+    // hostd re-applies the rule: the job has its GPU back (ENXIO, not EPERM).
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !node.log_text().contains("device rules re-applied") {
+        assert!(Instant::now() < deadline, "{}", node.log_text());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    probe_says("No such device or address");
+    bystander_says("Operation not permitted");
+
+    // kill -9 of hostd: the job keeps running; the restarted hostd re-adopts it.
+    node.kill9();
+    std::thread::sleep(Duration::from_millis(300));
+    node.spawn();
+    let v = wait_job(&node, &la, &j, |v| v["state"] == "running");
+    assert!(node.log_text().contains("job re-adopted"), "{v}");
+    e2e::ok(&node.sovctl("hyd-speech", &["job", "stop", "--lease", &la, &j]));
+    wait_job(&node, &la, &j, |v| v["state"] == "killed");
+}
+
+/// A unit with hostd's device rule for GPU `gpu`, started behind hostd's back; it probes the
+/// GPU into the container's `/run/bystander`.
+fn start_bystander(bus: &str, gpu: u64) {
+    let script = format!(
+        "while true; do head -c1 /dev/nvidia{gpu} 2>&1 | tail -n1 > /run/b.new; mv /run/b.new /run/bystander; sleep 0.1; done"
+    );
+    let out = Command::new("busctl")
+        .arg(format!("--address={bus}"))
+        .args([
+            "--",
+            "call",
+            "org.freedesktop.systemd1",
+            "/org/freedesktop/systemd1",
+            "org.freedesktop.systemd1.Manager",
+            "StartTransientUnit",
+            "ssa(sv)a(sa(sv))",
+            "bystander.service",
+            "fail",
+            "3",
+            "ExecStart",
+            "a(sasb)",
+            "1",
+            "/bin/sh",
+            "3",
+            "/bin/sh",
+            "-c",
+            &script,
+            "false",
+            "DevicePolicy",
+            "s",
+            "closed",
+            "DeviceAllow",
+            "a(ss)",
+            "1",
+            &format!("/dev/nvidia{gpu}"),
+            "rw",
+            "0",
+        ])
+        .output()
+        .expect("busctl (package systemd)");
+    assert!(out.status.success(), "{out:?}");
+}
+
+fn node_scratch(node: &DevNode, lease: &str) -> PathBuf {
+    node.dir.join("work/scratch").join(lease)
+}
