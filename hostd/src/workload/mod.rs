@@ -5,8 +5,9 @@
 //! and stops units over systemd's D-Bus API ([`units`]), behind the [`units::UnitManager`]
 //! trait so that it can be driven against a fake `org.freedesktop.systemd1` in tests and the
 //! real one on a node; the device nodes a lease may open ([`devices`], the UVM major read
-//! from `/proc/devices`); and a uid per lease ([`uids`]). Jobs, the API, network namespaces
-//! and scratch storage build on these.
+//! from `/proc/devices`); a uid per lease ([`uids`]); and per-lease scratch directories
+//! encrypted under a key only the kernel holds, crypto-erased at lease end ([`scratch`]). Jobs,
+//! the API and network namespaces build on these.
 
 pub mod accounts;
 pub mod container;
@@ -14,5 +15,6 @@ pub mod devices;
 pub mod job;
 pub mod runner;
 pub mod sandbox;
+pub mod scratch;
 pub mod uids;
 pub mod units;
