@@ -5,10 +5,16 @@
 //! and stops units over systemd's D-Bus API ([`units`]), behind the [`units::UnitManager`]
 //! trait so that it can be driven against a fake `org.freedesktop.systemd1` in tests and the
 //! real one on a node; the device nodes a lease may open ([`devices`], the UVM major read
-//! from `/proc/devices`); and a uid per lease ([`uids`]). Jobs, the API, network namespaces
-//! and scratch storage build on these.
+//! from `/proc/devices`); a uid per lease ([`uids`]); a network namespace per lease whose
+//! only way out is an nftables filter built from the lease's egress allow-list, with byte
+//! counters ([`egress`]), because systemd's IP rules cannot allow a job's own loopback without
+//! the host's; and published service ports, forwarded in userspace from a node address into
+//! the lease's namespace so their bytes are counted exactly ([`publish`]). Jobs, the API and
+//! scratch storage build on these.
 
 pub mod devices;
+pub mod egress;
+pub mod publish;
 pub mod sandbox;
 pub mod uids;
 pub mod units;
