@@ -1000,3 +1000,6 @@ impl Firewall for MemFirewall {
             .collect())
     }
 }
+
+#[cfg(test)]
+mod tests;
