@@ -203,3 +203,111 @@ async fn copy(
         count.fetch_add(n as u64, Ordering::Relaxed);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WAIT: Duration = Duration::from_secs(5);
+
+    fn config(target: SocketAddr, max: usize) -> PortConfig {
+        PortConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            target,
+            max_connections: max,
+            connect_timeout: WAIT,
+        }
+    }
+
+    /// A job that reads a request to its end, then answers `reply` bytes.
+    async fn job(reply: usize) -> SocketAddr {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = l.accept().await {
+                tokio::spawn(async move {
+                    let mut sink = Vec::new();
+                    let _ = s.read_to_end(&mut sink).await;
+                    let _ = s.write_all(&vec![9u8; reply]).await;
+                });
+            }
+        });
+        addr
+    }
+
+    /// Reads until end of stream; `None` if nothing ends it before `WAIT`.
+    async fn read_all(s: &mut TcpStream) -> Option<usize> {
+        let mut got = Vec::new();
+        match tokio::time::timeout(WAIT, s.read_to_end(&mut got)).await {
+            Ok(Ok(_)) => Some(got.len()),
+            Ok(Err(_)) => Some(got.len()), // reset: closed, too
+            Err(_) => None,
+        }
+    }
+
+    #[tokio::test]
+    async fn bytes_are_counted_both_ways_and_stop_closes_everything() {
+        let port = ServicePort::publish("l1", config(job(40_000).await, 8))
+            .await
+            .unwrap();
+        let mut c = TcpStream::connect(port.local_addr()).await.unwrap();
+        c.write_all(&vec![1u8; 100_000]).await.unwrap();
+        c.shutdown().await.unwrap();
+        assert_eq!(read_all(&mut c).await, Some(40_000));
+        let counters = port.counters().clone();
+        assert_eq!(counters.to_job.load(Ordering::Relaxed), 100_000);
+        assert_eq!(counters.from_job.load(Ordering::Relaxed), 40_000);
+        assert_eq!(counters.accepted.load(Ordering::Relaxed), 1);
+
+        // An open connection (the job waits for the end of its request) is closed by stop.
+        let mut idle = TcpStream::connect(port.local_addr()).await.unwrap();
+        idle.write_all(b"partial").await.unwrap();
+        let addr = port.local_addr();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        port.stop().await;
+        assert_eq!(read_all(&mut idle).await, Some(0), "connection left open");
+        assert!(
+            TcpStream::connect(addr).await.is_err(),
+            "listener left open"
+        );
+        assert_eq!(counters.to_job.load(Ordering::Relaxed), 100_007);
+    }
+
+    #[tokio::test]
+    async fn connections_beyond_the_bound_are_closed_and_drop_stops() {
+        let port = ServicePort::publish("l2", config(job(1).await, 1))
+            .await
+            .unwrap();
+        let mut first = TcpStream::connect(port.local_addr()).await.unwrap();
+        first.write_all(b"x").await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut second = TcpStream::connect(port.local_addr()).await.unwrap();
+        assert_eq!(read_all(&mut second).await, Some(0));
+        assert_eq!(port.counters().refused.load(Ordering::Relaxed), 1);
+        // The first still works.
+        first.shutdown().await.unwrap();
+        assert_eq!(read_all(&mut first).await, Some(1));
+        let addr = port.local_addr();
+        drop(port);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            TcpStream::connect(addr).await.is_err(),
+            "listener left open"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_job_that_does_not_listen_closes_the_client() {
+        let unused = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let target = unused.local_addr().unwrap();
+        drop(unused);
+        let port = ServicePort::publish("l3", config(target, 1)).await.unwrap();
+        let mut c = TcpStream::connect(port.local_addr()).await.unwrap();
+        assert_eq!(read_all(&mut c).await, Some(0));
+        let zero = config(target, 0);
+        assert!(matches!(
+            ServicePort::publish("l3", zero).await,
+            Err(PublishError::NoConnections)
+        ));
+    }
+}

@@ -706,3 +706,40 @@ async fn refusals_are_typed() {
     assert!(matches!(missing, EgressError::NotFound { .. }), "{missing}");
     fw.remove(&a).await.unwrap();
 }
+
+#[tokio::test]
+async fn a_published_port_reaches_the_job_inside_the_namespace() {
+    use crate::workload::publish::{PortConfig, ServicePort};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let fw = NftFirewall::adopt(FirewallConfig {
+        pool: pool(108),
+        uplinks: Vec::new(),
+    })
+    .await
+    .unwrap();
+    let lease = unique("publish");
+    let _guard = LeaseGuard::new(&lease);
+    let net = fw.create(&lease, &allow(&[])).await.unwrap();
+    let target = SocketAddr::from((net.lease_addr, PORT));
+    let _job = Helper(serve_in(&net.netns, target, 30_000));
+    let config = PortConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        target,
+        max_connections: 4,
+        connect_timeout: Duration::from_secs(5),
+    };
+    let port = ServicePort::publish(&lease, config).await.unwrap();
+    let mut c = tokio::net::TcpStream::connect(port.local_addr())
+        .await
+        .unwrap();
+    c.write_all(&[5u8; 20_000]).await.unwrap();
+    c.shutdown().await.unwrap();
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), c.read_to_end(&mut got)).await;
+    assert!(matches!(read, Ok(Ok(30_000))), "{read:?}");
+    let counters = port.counters();
+    assert_eq!(counters.to_job.load(Ordering::Relaxed), 20_000);
+    assert_eq!(counters.from_job.load(Ordering::Relaxed), 30_000);
+    port.stop().await;
+    fw.remove(&lease).await.unwrap();
+}
