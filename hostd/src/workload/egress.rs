@@ -10,10 +10,12 @@
 //! Layout of the table (base chains hold only static rules, so re-declaring them is idempotent;
 //! everything per lease is a named object found from the lease id, so [`Firewall::remove`] and
 //! [`Firewall::list`] need no rule handles and no state of their own):
-//! - `forward` (policy accept for the host's other traffic): a packet from or to a lease veth
-//!   (`svh*`) jumps to that lease's chain through the verdict maps `out_dispatch`/`in_dispatch`;
-//!   whatever the lease chain does not accept is dropped, and so is any `svh*` traffic whose
-//!   lease has no chain (fail closed).
+//! - `forward` (policy accept for the host's other traffic): traffic from one lease veth to
+//!   another is dropped first (an `accept` in the sender's chain would otherwise be final, and
+//!   an allow-everything list would open other tenants' leases); then a packet from or to a
+//!   lease veth (`svh*`) jumps to that lease's chain through the verdict maps
+//!   `out_dispatch`/`in_dispatch`; whatever the lease chain does not accept is dropped, and so
+//!   is any `svh*` traffic whose lease has no chain (fail closed).
 //! - `lease_out_<lease>`: from the lease's own address to a destination in the interval set
 //!   `allow_<lease>`, counted in counter `out_<lease>`, accepted.
 //! - `lease_in_<lease>`: established/related return traffic to the lease address, counted in
@@ -89,6 +91,12 @@ pub enum EgressError {
     },
     #[error("cannot write {path}: {source}")]
     Sysctl {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot read the host's resolvers from {path}: {source}")]
+    ResolvConf {
         path: String,
         #[source]
         source: std::io::Error,
@@ -343,6 +351,18 @@ pub fn resolv_conf(host_resolv_conf: &str, allow: &EgressAllowList) -> String {
     out
 }
 
+/// The lease's `resolv.conf` from this host's `/etc/resolv.conf` (see [`resolv_conf`]).
+pub async fn lease_resolv_conf(allow: &EgressAllowList) -> Result<String, EgressError> {
+    let path = "/etc/resolv.conf";
+    let host = tokio::fs::read_to_string(path)
+        .await
+        .map_err(|source| EgressError::ResolvConf {
+            path: path.to_owned(),
+            source,
+        })?;
+    Ok(resolv_conf(&host, allow))
+}
+
 /// The set definition; `remove` re-declares it, so it must match `lease_script`'s exactly.
 fn set_decl(n: &Names) -> String {
     format!(
@@ -367,6 +387,7 @@ pub fn base_script(pool: &Ipv4Pool) -> String {
          flush chain {t} forward\n\
          flush chain {t} input\n\
          flush chain {t} postrouting\n\
+         add rule {t} forward iifname {h} oifname {h} drop\n\
          add rule {t} forward iifname {h} iifname vmap @out_dispatch\n\
          add rule {t} forward oifname {h} oifname vmap @in_dispatch\n\
          add rule {t} forward iifname {h} drop\n\
@@ -825,13 +846,18 @@ impl Firewall for NftFirewall {
     }
 }
 
-/// A call [`MemFirewall`] received.
+/// A call [`MemFirewall`] received, so callers' tests can check what they asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FirewallCall {
+    /// `create`, with the IPv4 prefixes the set would hold.
     Create { lease: String, cidrs: Vec<Cidr> },
+    /// `update`, with the new prefixes.
     Update { lease: String, cidrs: Vec<Cidr> },
+    /// `counters`.
     Counters { lease: String },
+    /// `remove`.
     Remove { lease: String },
+    /// `list`.
     List,
 }
 

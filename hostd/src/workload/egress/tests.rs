@@ -523,6 +523,7 @@ async fn host_services_are_unreachable_but_loopback_works() {
         connect_from(&foreign.netns, from_foreign, 0),
         Outcome::Ok(0)
     );
+    acceptor.join().unwrap();
     // ...but not the lease, neither on its gateway nor on another host address.
     let gateway = SocketAddr::from((net.host_addr, port));
     assert_eq!(connect_from(&net.netns, gateway, 1), Outcome::Blocked);
@@ -742,4 +743,27 @@ async fn a_published_port_reaches_the_job_inside_the_namespace() {
     assert_eq!(counters.from_job.load(Ordering::Relaxed), 30_000);
     port.stop().await;
     fw.remove(&lease).await.unwrap();
+}
+
+#[tokio::test]
+async fn leases_cannot_reach_each_other_even_when_allowed_everywhere() {
+    let fw = NftFirewall::adopt(FirewallConfig {
+        pool: pool(109),
+        uplinks: Vec::new(),
+    })
+    .await
+    .unwrap();
+    let (a, b) = (unique("peer-a"), unique("peer-b"));
+    let (_ga, _gb) = (LeaseGuard::new(&a), LeaseGuard::new(&b));
+    let anywhere = allow(&["0.0.0.0/0"]);
+    let net_a = fw.create(&a, &anywhere).await.unwrap();
+    let net_b = fw.create(&b, &anywhere).await.unwrap();
+    let target = SocketAddr::from((net_b.lease_addr, PORT));
+    let _server = Helper(serve_in(&net_b.netns, target, 1));
+    // The listener answers inside its own namespace...
+    assert_eq!(connect_from(&net_b.netns, target, 0), Outcome::Ok(1));
+    // ...but not from the other lease.
+    assert_eq!(connect_from(&net_a.netns, target, 0), Outcome::Blocked);
+    fw.remove(&a).await.unwrap();
+    fw.remove(&b).await.unwrap();
 }
