@@ -124,6 +124,14 @@ pub struct WorkloadConfig {
     /// inside the state directory, which is hostd's alone (0700) while jobs' uids must reach
     /// their scratch.
     pub work_dir: PathBuf,
+    /// Where leases' encrypted scratch directories live: a file system with fscrypt enabled
+    /// (ext4 made or tuned with `-O encrypt`). Default `<work_dir>/scratch`.
+    pub scratch_dir: Option<PathBuf>,
+    /// Scratch a lease may fill, bytes (checked on uploads; see docs/isolation.md).
+    pub scratch_quota_bytes: u64,
+    /// Interfaces leases' allowed traffic leaves through (forwarding is switched on for them
+    /// alone). Default none: leases reach nothing beyond the node.
+    pub uplinks: Vec<String>,
     /// First uid (and gid) of the range hostd gives leases' jobs. Default 60000.
     pub uid_first: u32,
     /// How many uids. Default 1000.
@@ -148,6 +156,9 @@ impl Default for WorkloadConfig {
             enabled: true,
             systemd_bus: "unix:path=/run/dbus/system_bus_socket".into(),
             work_dir: PathBuf::from("/var/lib/hostd-work"),
+            scratch_dir: None,
+            scratch_quota_bytes: 100 << 30,
+            uplinks: Vec::new(),
             uid_first: 60_000,
             uid_count: 1_000,
             default_memory_bytes: 4 << 30,
@@ -164,6 +175,13 @@ impl Default for WorkloadConfig {
 }
 
 impl WorkloadConfig {
+    /// Where scratch directories live.
+    pub fn scratch_dir(&self) -> PathBuf {
+        self.scratch_dir
+            .clone()
+            .unwrap_or_else(|| self.work_dir.join("scratch"))
+    }
+
     /// The uid range stays clear of root and of systemd's DynamicUser range; defaults never
     /// exceed maxima.
     fn validate(&self) -> Result<(), (&'static str, String)> {
@@ -381,6 +399,9 @@ impl Config {
         fix(&mut self.api.key);
         fix(&mut self.state.dir);
         fix(&mut self.workloads.work_dir);
+        if let Some(p) = self.workloads.scratch_dir.as_mut() {
+            fix(p);
+        }
         if let Some(p) = self.gpu.nvml_library.as_mut() {
             fix(p);
         }

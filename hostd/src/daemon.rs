@@ -12,7 +12,9 @@ use crate::residency::Residency;
 use crate::state::Store;
 use crate::tls;
 use crate::witness::{Witness, WITNESS_FILE};
-use crate::workload::runner::{Jobs, Paths};
+use crate::workload::egress::{FirewallConfig, NftFirewall};
+use crate::workload::runner::{Jobs, NodeJobs, Paths};
+use crate::workload::scratch::Fscrypt;
 use crate::workload::units::Systemd;
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
@@ -188,7 +190,7 @@ async fn try_start_workloads(
     node: &Arc<Node>,
     setup: WorkloadSetup,
     stop: tokio::sync::watch::Receiver<bool>,
-) -> std::result::Result<Arc<Jobs<Systemd>>, String> {
+) -> std::result::Result<Arc<NodeJobs>, String> {
     let bus = setup.bus?;
     let systemd = Systemd::connect(&bus).await.map_err(|e| e.to_string())?;
     let events = systemd.events().await.map_err(|e| e.to_string())?;
@@ -197,7 +199,28 @@ async fn try_start_workloads(
         work: cfg.work_dir.clone(),
         system_root: setup.system_root,
     };
-    let jobs = Jobs::new(systemd, node.clone(), cfg, paths).map_err(|e| e.to_string())?;
+    let firewall = NftFirewall::adopt(FirewallConfig {
+        uplinks: cfg.uplinks.clone(),
+        ..FirewallConfig::default()
+    })
+    .await
+    .map_err(|e| format!("cannot set up the lease network filter: {e}"))?;
+    let scratch_dir = cfg.scratch_dir();
+    let scratch = Fscrypt::new(&scratch_dir).map_err(|e| {
+        format!(
+            "no encrypted scratch at {} (it must be on ext4 with the encrypt feature): {e}",
+            scratch_dir.display()
+        )
+    })?;
+    let jobs = Jobs::new(
+        systemd,
+        firewall,
+        Arc::new(scratch),
+        node.clone(),
+        cfg,
+        paths,
+    )
+    .map_err(|e| e.to_string())?;
     jobs.adopt().await.map_err(|e| e.to_string())?;
     let jobs = Arc::new(jobs);
     tokio::spawn(jobs.clone().run(events, stop));

@@ -174,6 +174,9 @@ verifier_keys = ["{verifier}"]
 
 [workloads]
 work_dir = "work"
+# A loop-mounted ext4 with the encrypt feature, made by `hostd dev` (fscrypt needs one).
+scratch_dir = "work/scratch-volume/mnt"
+scratch_quota_bytes = 2147483648
 "#,
         verifier = verifier_pub,
         listen = args.listen,
@@ -359,8 +362,14 @@ pub fn workloads(
         ));
     }
     let dir = &dir.canonicalize().unwrap_or_else(|_| dir.to_owned());
+    if let Err(e) = scratch_volume(&cfg.workloads.work_dir) {
+        return off(format!("no encrypted scratch volume: {e}"));
+    }
+    if let Err(e) = shared_netns_dir() {
+        return off(format!("cannot prepare /run/netns for lease networks: {e}"));
+    }
     let machine = format!("sovereign-dev-{}", short_hash(dir));
-    let binds = [cfg.workloads.work_dir.clone()];
+    let binds = [cfg.workloads.work_dir.clone(), PathBuf::from(NETNS_DIR)];
     let container = match PrivateSystemd::start_or_adopt(dir, &machine, &binds) {
         Ok(c) => c,
         Err(e) => return off(format!("no private systemd for jobs: {e}")),
@@ -380,6 +389,57 @@ pub fn workloads(
         },
         Some(container),
     )
+}
+
+/// A clean stop of `hostd dev`: the private systemd (and every job in it) shuts down, then
+/// the scratch volume is unmounted (its loop device released).
+pub fn stop_workloads(container: PrivateSystemd, cfg: &Config) {
+    container.shutdown(std::time::Duration::from_secs(10));
+    let mnt = cfg.workloads.work_dir.join("scratch-volume/mnt");
+    let _ = std::process::Command::new("umount")
+        .arg("-d")
+        .arg(&mnt)
+        .status();
+}
+
+/// Where `ip netns` keeps lease namespaces.
+const NETNS_DIR: &str = "/run/netns";
+
+/// The scratch volume (a sparse 4 GiB ext4 image with the encrypt feature), mounted before
+/// the container boots so that the container sees it through its bind of the work folder.
+fn scratch_volume(work: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = work.join("scratch-volume");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let v = crate::workload::scratch::volume::DevVolume::mount(&dir, 4 << 30)?;
+    // Jobs' uids must pass through to their lease's directory.
+    std::fs::set_permissions(v.path(), std::fs::Permissions::from_mode(0o711))
+        .context("opening the scratch volume's root to jobs")?;
+    Ok(())
+}
+
+/// `/run/netns` as a shared mount (as `ip netns` makes it), so that lease namespaces made
+/// after the container booted appear in its bind of the folder.
+fn shared_netns_dir() -> Result<()> {
+    std::fs::create_dir_all(NETNS_DIR).context("creating /run/netns")?;
+    let shared = || {
+        std::process::Command::new("mount")
+            .args(["--make-shared", NETNS_DIR])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .map(|s| s.success())
+    };
+    if shared().context("running mount")? {
+        return Ok(());
+    }
+    let bound = std::process::Command::new("mount")
+        .args(["--bind", NETNS_DIR, NETNS_DIR])
+        .status()
+        .context("running mount")?;
+    if !bound.success() || !shared().context("running mount")? {
+        bail!("mount --make-shared {NETNS_DIR} failed");
+    }
+    Ok(())
 }
 
 fn short_hash(dir: &Path) -> String {

@@ -291,6 +291,9 @@ pub fn stop_private_systemd(dir: &Path) {
     for c in cgroups {
         remove_dirs(&c, 16);
     }
+    // The encrypted scratch volume (a loop device) goes with it.
+    let mnt = dir.join("work/scratch-volume/mnt");
+    let _ = Command::new("umount").arg("-d").arg(&mnt).status();
 }
 
 /// Whether any process is left in the cgroup tree at `dir`.

@@ -5,8 +5,7 @@
 
 use super::leases::visible_lease;
 use super::*;
-use crate::workload::runner::Jobs;
-use crate::workload::units::Systemd;
+use crate::workload::runner::NodeJobs;
 use axum::body::{Body, Bytes};
 use hostd_api::job::{Job, JobList, NewJob};
 use hostd_api::query::LogsQuery;
@@ -16,13 +15,13 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt};
 #[derive(Clone)]
 pub enum Workloads {
     /// Jobs run.
-    On(Arc<Jobs<Systemd>>),
+    On(Arc<NodeJobs>),
     /// Jobs are off; the sentence says why (it is shown to clients and in the banner).
     Off(String),
 }
 
 impl Workloads {
-    fn jobs(&self) -> ApiResult<&Arc<Jobs<Systemd>>> {
+    fn jobs(&self) -> ApiResult<&Arc<NodeJobs>> {
         match self {
             Workloads::On(j) => Ok(j),
             Workloads::Off(why) => Err(ApiError::new(
@@ -111,7 +110,7 @@ const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(100);
 /// Sends the log in chunks; when following, polls for more until the job has ended and
 /// everything it wrote was sent. Stops as soon as the client goes away.
 async fn stream_log(
-    jobs: Arc<Jobs<Systemd>>,
+    jobs: Arc<NodeJobs>,
     lease: String,
     job: String,
     follow: bool,

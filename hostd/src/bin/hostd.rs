@@ -98,7 +98,7 @@ fn serve(cfg: Config, dev_dir: Option<(PathBuf, String)>) -> anyhow::Result<()> 
     // failure leaves it for the next start to adopt, as a node's systemd outlives hostd.
     #[cfg(feature = "dev")]
     if let (Some(c), Ok(())) = (container, &result) {
-        c.shutdown(std::time::Duration::from_secs(10));
+        dev::stop_workloads(c, &cfg);
     }
     result
 }

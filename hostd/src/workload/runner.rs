@@ -16,8 +16,10 @@
 
 use super::accounts;
 use super::devices;
+use super::egress::{self, Firewall, LeaseNetwork};
 use super::job::{self, StoredJob};
 use super::sandbox::{self, JobSandbox, PropertyValue};
+use super::scratch::{Scratch, ScratchError};
 use super::uids::{UidPool, UidRange};
 use super::units::{UnitEvent, UnitManager};
 use crate::config::WorkloadConfig;
@@ -26,7 +28,7 @@ use crate::node::{InternalError, Node, NodeError};
 use crate::state::JsonTree;
 use hostd_api::job::{Job, JobState, NewJob};
 use hostd_api::lease::LeaseState;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -35,7 +37,8 @@ use tracing::{info, warn};
 /// Where jobs' files live and which device nodes exist.
 #[derive(Debug, Clone)]
 pub struct Paths {
-    /// Job logs, `<work>/logs/<lease>/<job>.log`, and scratch, `<work>/scratch/<lease>`.
+    /// Job logs, `<work>/logs/<lease>/<job>.log`, and each lease's `resolv.conf`,
+    /// `<work>/net/<lease>/`. Scratch is wherever the [`Scratch`] keeps it.
     pub work: PathBuf,
     /// The root of the system systemd runs jobs in, where device nodes (`/dev/nvidia0`),
     /// programs and user records (`/run/userdb`) are: `/` on a node, the container's root in
@@ -43,9 +46,16 @@ pub struct Paths {
     pub system_root: PathBuf,
 }
 
+/// The jobs controller of a node: systemd over D-Bus, nftables, fscrypt.
+pub type NodeJobs = Jobs<super::units::Systemd, egress::NftFirewall>;
+
 /// The jobs of every lease on the node.
-pub struct Jobs<U> {
+pub struct Jobs<U, F> {
     units: U,
+    firewall: F,
+    scratch: Arc<dyn Scratch>,
+    /// Each lease's network, made with its first job and removed after its end.
+    nets: Mutex<BTreeMap<String, LeaseNetwork>>,
     node: Arc<Node>,
     tree: JsonTree,
     /// Which uid each lease holds (`<lease>` → uid), kept until the lease has ended and its
@@ -74,14 +84,17 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-impl<U: UnitManager> Jobs<U> {
-    /// The controller over `units`, with its state in `node`'s store.
+impl<U: UnitManager, F: Firewall> Jobs<U, F> {
+    /// The controller over `units`, `firewall` and `scratch`, with its state in `node`'s
+    /// store.
     pub fn new(
         units: U,
+        firewall: F,
+        scratch: Arc<dyn Scratch>,
         node: Arc<Node>,
         cfg: WorkloadConfig,
         paths: Paths,
-    ) -> Result<Jobs<U>, NodeError> {
+    ) -> Result<Jobs<U, F>, NodeError> {
         check_work_dir(&paths.work).map_err(NodeError::Unavailable)?;
         let tree = node.store().tree("jobs")?;
         let uid_tree = node.store().tree("job_uids")?;
@@ -97,11 +110,14 @@ impl<U: UnitManager> Jobs<U> {
         }
         // Jobs' uids must traverse to their scratch; logs are root's.
         create_dir(&paths.work, 0o711)?;
-        create_dir(&paths.work.join("scratch"), 0o711)?;
         create_dir(&paths.work.join("logs"), 0o700)?;
+        create_dir(&paths.work.join("net"), 0o755)?;
         let uvm = devices::uvm_major(Path::new("/proc/devices")).map(|_| "/dev/nvidia-uvm".into());
         Ok(Jobs {
             units,
+            firewall,
+            scratch,
+            nets: Mutex::default(),
             node,
             tree,
             uid_tree,
@@ -120,6 +136,16 @@ impl<U: UnitManager> Jobs<U> {
     /// stopped (nothing runs on the node that hostd does not account for).
     pub async fn adopt(&self) -> Result<(), NodeError> {
         let _w = self.write.lock().await;
+        let nets = self
+            .firewall
+            .list()
+            .await
+            .map_err(|e| internal("listing lease networks", e))?;
+        lock(&self.nets).extend(
+            nets.into_iter()
+                .filter_map(|e| e.network)
+                .map(|n| (n.lease.clone(), n)),
+        );
         let loaded: BTreeSet<String> = self
             .units
             .list(job::UNIT_PATTERN)
@@ -175,7 +201,8 @@ impl<U: UnitManager> Jobs<U> {
         let uid = self.lease_uid(&lease.id)?;
         accounts::ensure_job_user(&self.paths.system_root, uid)
             .map_err(|e| internal("publishing the job's user", e))?;
-        let scratch = self.scratch(&lease.id, uid)?;
+        let scratch = self.lease_scratch(&lease.id, uid).await?;
+        let (net, resolv) = self.lease_network(lease).await?;
         let id = new_job_id()?;
         let workdir = match &req.workdir {
             Some(w) => scratch.join(job::relative_inside(w).unwrap_or_default()),
@@ -203,6 +230,7 @@ impl<U: UnitManager> Jobs<U> {
         let devices = device_allow(&props);
         let log = self.log_file(&lease.id, &id)?;
         props.extend(watch_properties(&log));
+        props.extend(network_properties(&net, &resolv));
         let stored = StoredJob {
             job: Job {
                 id: id.clone(),
@@ -284,13 +312,84 @@ impl<U: UnitManager> Jobs<U> {
         Ok(())
     }
 
-    /// The lease's scratch directory, created owned by its uid and closed to everyone else.
-    fn scratch(&self, lease: &str, uid: u32) -> Result<PathBuf, NodeError> {
-        let dir = self.paths.work.join("scratch").join(lease);
-        create_private_dir(&dir)?;
+    /// The lease's encrypted scratch, made with its first job and given to its uid. A
+    /// scratch an earlier hostd made whose key the kernel still holds keeps its data (a
+    /// restart of hostd does not cost the tenant its files); one whose key is gone (the node
+    /// rebooted) is erased and made anew.
+    async fn lease_scratch(&self, lease: &str, uid: u32) -> Result<PathBuf, NodeError> {
+        let s = self.scratch.clone();
+        let l = lease.to_owned();
+        let quota = self.cfg.scratch_quota_bytes;
+        let dir = tokio::task::spawn_blocking(move || -> Result<PathBuf, ScratchError> {
+            match s.path(&l) {
+                Err(ScratchError::UnknownLease { .. }) => {}
+                other => return other,
+            }
+            if let Some(left) = s.leftovers()?.into_iter().find(|x| x.lease == l) {
+                if left.unlocked {
+                    return Ok(left.path);
+                }
+                s.erase_leftover(&l)?;
+            }
+            s.create(&l, quota)
+        })
+        .await
+        .map_err(|e| internal("preparing the lease's scratch", e))?
+        .map_err(|e| internal("preparing the lease's scratch", e))?;
         std::os::unix::fs::chown(&dir, Some(uid), Some(uid))
             .map_err(|e| internal("giving the scratch to the lease's uid", e))?;
         Ok(dir)
+    }
+
+    /// The lease's network namespace and its `resolv.conf`, made with its first job from the
+    /// egress allow-list the residency policy compiles for its tenant and classification.
+    async fn lease_network(&self, lease: &Lease) -> Result<(LeaseNetwork, PathBuf), NodeError> {
+        let resolv = self
+            .paths
+            .work
+            .join("net")
+            .join(&lease.id)
+            .join("resolv.conf");
+        if let Some(n) = lock(&self.nets).get(&lease.id).cloned() {
+            if resolv.exists() {
+                return Ok((n, resolv));
+            }
+        }
+        let allow = self.allow_list(lease);
+        let known = lock(&self.nets).get(&lease.id).cloned();
+        let net = match known {
+            Some(n) => n,
+            None => self.firewall.create(&lease.id, &allow).await.map_err(|e| {
+                warn!(lease = %lease.id, error = %e, "cannot set up the lease's network");
+                NodeError::Unavailable("the node could not set up the lease's network".into())
+            })?,
+        };
+        lock(&self.nets).insert(lease.id.clone(), net.clone());
+        let text = egress::lease_resolv_conf(&allow)
+            .await
+            .map_err(|e| internal("writing the lease's resolv.conf", e))?;
+        create_dir(resolv.parent().unwrap_or(&self.paths.work), 0o755)?;
+        std::fs::write(&resolv, text)
+            .map_err(|e| internal("writing the lease's resolv.conf", e))?;
+        info!(tenant = %lease.tenant, lease = %lease.id, addr = %net.lease_addr, cidrs = allow.cidrs.len(), "lease network ready");
+        Ok((net, resolv))
+    }
+
+    /// What the lease's jobs may reach: the policy's egress rules for its tenant and
+    /// classification; nothing without a policy.
+    fn allow_list(&self, lease: &Lease) -> policy::EgressAllowList {
+        match self.node.residency().policy() {
+            Some(p) => policy::compile_egress(p, &lease.tenant, &lease.classification),
+            None => policy::EgressAllowList {
+                tenant: lease.tenant.clone(),
+                classification: lease.classification.clone(),
+                rules: Vec::new(),
+                mode: policy::Mode::Enforce,
+                cidrs: Vec::new(),
+                hosts: Vec::new(),
+                policy_digest: String::new(),
+            },
+        }
     }
 
     fn log_file(&self, lease: &str, job: &str) -> Result<PathBuf, NodeError> {
@@ -525,17 +624,43 @@ impl<U: UnitManager> Jobs<U> {
                 Err(e) => return Err(e),
             };
             if ended {
+                self.erase_scratch(&lease).await?;
+                if let Err(e) = self.firewall.remove(&lease).await {
+                    warn!(lease = %lease, error = %e, "cannot remove the lease's network; retrying");
+                    continue;
+                }
+                lock(&self.nets).remove(&lease);
                 self.erase_lease_files(&lease)?;
                 self.uid_tree.remove(&lease)?;
                 lock(&self.uids).release(&lease);
-                info!(lease = %lease, "lease's job files erased and its uid released");
+                info!(lease = %lease, "lease's scratch crypto-erased, network removed, uid released");
             }
         }
         Ok(())
     }
 
+    /// Crypto-erases the lease's scratch: its key leaves the kernel, then its files go.
+    async fn erase_scratch(&self, lease: &str) -> Result<(), NodeError> {
+        let s = self.scratch.clone();
+        let l = lease.to_owned();
+        let erased = tokio::task::spawn_blocking(move || match s.erase(&l) {
+            Err(ScratchError::UnknownLease { .. }) => {
+                let left = s.leftovers()?.into_iter().any(|x| x.lease == l);
+                left.then(|| s.erase_leftover(&l)).transpose()
+            }
+            other => other.map(Some),
+        })
+        .await
+        .map_err(|e| internal("erasing the lease's scratch", e))?
+        .map_err(|e| internal("erasing the lease's scratch", e))?;
+        if let Some(e) = erased {
+            info!(lease = %lease, bytes = e.bytes, files_busy = e.files_busy, "scratch crypto-erased");
+        }
+        Ok(())
+    }
+
     fn erase_lease_files(&self, lease: &str) -> Result<(), NodeError> {
-        for dir in ["scratch", "logs"] {
+        for dir in ["net", "logs"] {
             let path = self.paths.work.join(dir).join(lease);
             match std::fs::remove_dir_all(&path) {
                 Ok(()) => {}
@@ -561,9 +686,9 @@ pub fn check_work_dir(work: &Path) -> Result<(), String> {
 
 /// Waits a moment for a burst of signals to settle, then empties the queue: one refresh
 /// answers them all.
-async fn drain<U: UnitManager>(
+async fn drain<U: UnitManager, F: Firewall>(
     events: &mut tokio::sync::mpsc::Receiver<UnitEvent>,
-    jobs: &Jobs<U>,
+    jobs: &Jobs<U, F>,
 ) {
     tokio::time::sleep(Duration::from_millis(20)).await;
     while let Ok(e) = events.try_recv() {
@@ -585,6 +710,25 @@ fn watch_properties(log: &Path) -> Vec<(&'static str, PropertyValue)> {
         ("StandardErrorFileToAppend", PropertyValue::Str(log)),
         ("IPAccounting", PropertyValue::Bool(true)),
         ("AddRef", PropertyValue::Bool(true)),
+    ]
+}
+
+/// The job joins its lease's network namespace and sees the lease's `resolv.conf`.
+fn network_properties(net: &LeaseNetwork, resolv: &Path) -> Vec<(&'static str, PropertyValue)> {
+    vec![
+        (
+            "NetworkNamespacePath",
+            PropertyValue::Str(net.netns_path.display().to_string()),
+        ),
+        (
+            "BindReadOnlyPaths",
+            PropertyValue::Binds(vec![(
+                resolv.display().to_string(),
+                "/etc/resolv.conf".into(),
+                false,
+                0,
+            )]),
+        ),
     ]
 }
 

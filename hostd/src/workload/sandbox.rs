@@ -50,6 +50,9 @@ pub enum PropertyValue {
     FlaggedList(bool, Vec<String>),
     /// `a(sasb)`: path, argv, ignore-failure (`ExecStart`).
     Exec(Vec<(String, Vec<String>, bool)>),
+    /// `a(ssbt)`: source, destination, ignore a missing source, mount flags
+    /// (`BindReadOnlyPaths`).
+    Binds(Vec<(String, String, bool, u64)>),
 }
 
 /// The limits a tenant asks for a job (checked against the node's bounds elsewhere).

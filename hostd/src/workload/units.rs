@@ -205,6 +205,7 @@ pub fn to_value(v: &PropertyValue) -> Value<'static> {
         PropertyValue::Devices(d) => Value::from(d.clone()),
         PropertyValue::FlaggedList(b, names) => Value::from((*b, names.clone())),
         PropertyValue::Exec(e) => Value::from(e.clone()),
+        PropertyValue::Binds(b) => Value::from(b.clone()),
     }
 }
 
