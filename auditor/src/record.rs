@@ -356,4 +356,41 @@ mod tests {
             r#"{"kind":"usage","v":1,"id":2,"node":"node-1","tenant":"acme","lease":"lease-1","gpu_uuid":"GPU-0b8c1a52-0000-4000-8000-000000000001","gpu_model":"NVIDIA H100 80GB HBM3","start":"2026-01-01T00:00:00.000Z","end":"2026-01-01T01:00:00.000Z","gpu_ms":1000,"gpu_seconds":1.0,"energy_joules":1800000.0,"peak_memory_bytes":1073741824,"mean_utilization_pct":87.5,"rate_paise_per_hour":25000,"amount_paise":7,"policy_digest":"sha256:00","prev":1}"#
         );
     }
+
+    /// docs/audit.md lists every kind, and its examples are records that pass the checks.
+    #[test]
+    fn docs_list_every_kind_with_valid_examples() {
+        let doc = include_str!("../../docs/audit.md");
+        let section = doc
+            .split("## Record kinds")
+            .nth(1)
+            .and_then(|s| s.split("\n## ").next())
+            .expect("docs/audit.md has a Record kinds section");
+        let kinds = [
+            "usage",
+            "attestation",
+            "gpu-event",
+            "recovery",
+            "job-usage",
+            "scratch-erased",
+        ];
+        for kind in kinds {
+            assert!(
+                section.contains(&format!("* `{kind}`:")),
+                "{kind} undocumented"
+            );
+        }
+        let mut seen = Vec::new();
+        let mut totals = crate::check::Totals::default();
+        for line in section.lines().filter(|l| l.starts_with('{')) {
+            let rec: Record = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+            crate::check::check_record_line(rec.id(), line.as_bytes(), &mut totals)
+                .unwrap_or_else(|e| panic!("{e}: {line}"));
+            seen.push(rec.kind());
+        }
+        assert!(
+            seen.contains(&"job-usage") && seen.contains(&"scratch-erased"),
+            "{seen:?}"
+        );
+    }
 }
