@@ -3,10 +3,13 @@
 //! A line must be a [`Record`] whose `id` is its line number, of a schema version this build
 //! understands; a usage record's amount must follow from its time and rate, its
 //! `gpu_seconds` from its `gpu_ms`, its energy must be a non-negative number, and its `prev`
-//! and `attestation` must point to earlier records. Each failure is a [`RecordProblem`].
+//! and `attestation` must point to earlier records. Job-usage and scratch-erased records must
+//! name a node and carry RFC 3339 UTC times, and a job-usage interval must lie within one UTC
+//! hour. Each failure is a [`RecordProblem`].
 
 use crate::money::amount_paise;
-use crate::record::{Record, RECORD_VERSION};
+use crate::record::{JobUsageRecord, Record, RECORD_VERSION};
+use crate::time::{parse_utc_ms, HOUR_MS};
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -101,6 +104,45 @@ pub enum RecordProblem {
         /// The `prev` id the record claims (not below its own id).
         prev: u64,
     },
+    /// A job-usage or scratch-erased record names no valid node: node names are 1 to 64
+    /// characters of `A-Z a-z 0-9 . _ -`, so anything else was not written by a node.
+    #[error("node {node:?} is not a node name (1-64 characters of A-Z a-z 0-9 . _ -)")]
+    BadNode {
+        /// The record's `node`.
+        node: String,
+    },
+    /// A job-usage or scratch-erased record's time is not RFC 3339 UTC (`…T…Z`), so the
+    /// interval or moment it claims cannot be placed.
+    #[error("{field} {value:?} is not an RFC 3339 UTC time")]
+    BadTime {
+        /// Which field (`start`, `end`, `at`).
+        field: String,
+        /// Its text.
+        value: String,
+    },
+    /// A job-usage record's interval ends before it starts.
+    #[error("interval ends at {end}, before its start {start}")]
+    ReversedInterval {
+        /// The record's `start`.
+        start: String,
+        /// The record's `end`, earlier than `start`.
+        end: String,
+    },
+    /// A job-usage record's interval runs past the end of the UTC hour it starts in: the
+    /// node cuts job usage at every hour boundary, so per-hour totals never split a record.
+    #[error("interval {start}..{end} crosses a UTC hour boundary")]
+    CrossesHour {
+        /// The record's `start`.
+        start: String,
+        /// The record's `end`, after the next hour boundary.
+        end: String,
+    },
+    /// A job-usage record of a job that had not ended says how it ended.
+    #[error("exit {exit:?} on a record whose job did not end (ended is false)")]
+    ExitWithoutEnd {
+        /// The record's `exit`.
+        exit: String,
+    },
 }
 
 /// Usage per tenant, summed over verified records.
@@ -121,7 +163,8 @@ pub struct TenantTotals {
 pub struct Totals {
     /// Number of records counted (those that passed their line checks), of every kind.
     pub records: u64,
-    /// Those records by `kind` tag (`usage`, `attestation`, `gpu-event`).
+    /// Those records by `kind` tag (`usage`, `attestation`, `gpu-event`, `recovery`,
+    /// `job-usage`, `scratch-erased`).
     pub by_kind: BTreeMap<String, u64>,
     /// Usage totals by tenant id, from the usage records.
     pub tenants: BTreeMap<String, TenantTotals>,
@@ -273,9 +316,11 @@ pub fn check_record_line(
                 }
             }
             Ok(other) => {
-                // Attestation results and GPU events carry no money; they are checked for
-                // their place in the log and counted by kind.
+                // The other kinds carry no money; they are checked for their place in the
+                // log (and job usage and erasures for their node and times) and counted by
+                // kind.
                 check_place(index, other.id(), other.version())?;
+                check_other(&other)?;
                 totals.add_other(other.kind());
                 return Ok(());
             }
@@ -303,6 +348,64 @@ fn check_place(index: u64, id: u64, v: u32) -> Result<(), RecordProblem> {
         });
     }
     Ok(())
+}
+
+/// Node names as a node's configuration accepts them.
+fn is_node_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
+}
+
+/// `value` as Unix ms, or the problem naming `field`.
+fn utc_ms(field: &str, value: &str) -> Result<i64, RecordProblem> {
+    parse_utc_ms(value).ok_or_else(|| RecordProblem::BadTime {
+        field: field.to_owned(),
+        value: value.to_owned(),
+    })
+}
+
+/// The checks of the kinds written since the first release that carry no money: a node name,
+/// times that parse, and for job usage an interval within one UTC hour (its end may be the
+/// next boundary exactly) and an exit only on the record of a job that ended.
+fn check_other(rec: &Record) -> Result<(), RecordProblem> {
+    let node = match rec {
+        Record::JobUsage(j) => &j.node,
+        Record::ScratchErased(e) => &e.node,
+        Record::Usage(_) | Record::Attestation(_) | Record::GpuEvent(_) | Record::Recovery(_) => {
+            return Ok(())
+        }
+    };
+    if !is_node_name(node) {
+        return Err(RecordProblem::BadNode { node: node.clone() });
+    }
+    match rec {
+        Record::JobUsage(j) => check_job_usage(j),
+        Record::ScratchErased(e) => utc_ms("at", &e.at).map(drop),
+        _ => Ok(()),
+    }
+}
+
+fn check_job_usage(j: &JobUsageRecord) -> Result<(), RecordProblem> {
+    let start = utc_ms("start", &j.start)?;
+    let end = utc_ms("end", &j.end)?;
+    if end < start {
+        return Err(RecordProblem::ReversedInterval {
+            start: j.start.clone(),
+            end: j.end.clone(),
+        });
+    }
+    if end > (start.div_euclid(HOUR_MS) + 1) * HOUR_MS {
+        return Err(RecordProblem::CrossesHour {
+            start: j.start.clone(),
+            end: j.end.clone(),
+        });
+    }
+    match (&j.exit, j.ended) {
+        (Some(exit), false) => Err(RecordProblem::ExitWithoutEnd { exit: exit.clone() }),
+        _ => Ok(()),
+    }
 }
 
 fn check_usage(index: u64, f: &UsageFacts<'_>) -> Result<(), RecordProblem> {
@@ -459,6 +562,110 @@ mod tests {
         );
         check_record_line(3, &ev, &mut t).unwrap();
         assert_eq!((t.records, t.by_kind["gpu-event"]), (1, 1));
+    }
+
+    /// Job usage and scratch erasures: checked for place, node and times, counted by kind,
+    /// never added to a tenant's GPU money.
+    #[test]
+    fn job_usage_and_scratch_erased_are_checked_and_counted() {
+        use crate::testutil::{job_usage, scratch_erased};
+        let mut t = Totals::default();
+        let ok = |rec: crate::record::Record, t: &mut Totals| {
+            let index = rec.id();
+            check_record_line(index, &rec.to_leaf().unwrap(), t)
+        };
+        ok(
+            job_usage(0, "2026-01-01T10:00:00.000Z", "2026-01-01T11:00:00.000Z"),
+            &mut t,
+        )
+        .unwrap();
+        ok(
+            job_usage(1, "2026-01-01T10:59:59.999Z", "2026-01-01T10:59:59.999Z"),
+            &mut t,
+        )
+        .unwrap();
+        ok(scratch_erased(2, "2026-01-01T11:00:00.000Z"), &mut t).unwrap();
+        assert_eq!(
+            (
+                t.records,
+                t.by_kind["job-usage"],
+                t.by_kind["scratch-erased"]
+            ),
+            (3, 2, 1)
+        );
+        assert!(t.tenants.is_empty(), "no GPU money: {:?}", t.tenants);
+
+        let bad = |rec, t: &mut Totals| ok(rec, t).unwrap_err();
+        let e = bad(
+            job_usage(3, "2026-01-01T10:30:00.000Z", "2026-01-01T11:00:00.001Z"),
+            &mut t,
+        );
+        assert_eq!(
+            e,
+            RecordProblem::CrossesHour {
+                start: "2026-01-01T10:30:00.000Z".into(),
+                end: "2026-01-01T11:00:00.001Z".into()
+            }
+        );
+        assert!(e.to_string().contains("crosses a UTC hour boundary"), "{e}");
+        let e = bad(
+            job_usage(3, "2026-01-01T10:30:00.000Z", "2026-01-01T10:29:00.000Z"),
+            &mut t,
+        );
+        assert!(matches!(e, RecordProblem::ReversedInterval { .. }), "{e:?}");
+        let e = bad(
+            job_usage(
+                3,
+                "2026-01-01T10:30:00.000+01:00",
+                "2026-01-01T10:31:00.000Z",
+            ),
+            &mut t,
+        );
+        assert_eq!(
+            e,
+            RecordProblem::BadTime {
+                field: "start".into(),
+                value: "2026-01-01T10:30:00.000+01:00".into()
+            }
+        );
+        let e = bad(scratch_erased(3, "yesterday"), &mut t);
+        assert_eq!(
+            e,
+            RecordProblem::BadTime {
+                field: "at".into(),
+                value: "yesterday".into()
+            }
+        );
+        let mut j = job_usage(3, "2026-01-01T10:00:00.000Z", "2026-01-01T10:01:00.000Z");
+        if let crate::record::Record::JobUsage(j) = &mut j {
+            j.exit = Some("exited 0".into());
+        }
+        let e = bad(j.clone(), &mut t);
+        assert_eq!(
+            e,
+            RecordProblem::ExitWithoutEnd {
+                exit: "exited 0".into()
+            }
+        );
+        if let crate::record::Record::JobUsage(j) = &mut j {
+            j.ended = true;
+        }
+        ok(j, &mut t).unwrap();
+        let mut e = scratch_erased(4, "2026-01-01T11:00:00.000Z");
+        if let crate::record::Record::ScratchErased(e) = &mut e {
+            e.node = "node 1".into();
+        }
+        assert_eq!(
+            bad(e.clone(), &mut t),
+            RecordProblem::BadNode {
+                node: "node 1".into()
+            }
+        );
+        assert_eq!(
+            check_record_line(5, &e.to_leaf().unwrap(), &mut t).unwrap_err(),
+            RecordProblem::IdMismatch { id: 4, line: 5 }
+        );
+        assert_eq!(t.records, 4, "only passing records are counted");
     }
 
     /// The borrowed fast path must accept exactly what `Record` accepts.

@@ -62,3 +62,4 @@ pub mod verify;
 mod ser;
 #[cfg(test)]
 mod testutil;
+mod time;

@@ -26,6 +26,75 @@ pub enum Record {
     /// from a restored database were re-appended from an audit export. Nothing was re-signed
     /// differently: the re-appended records are byte for byte the exported ones.
     Recovery(RecoveryRecord),
+    /// What one tenant job (a systemd unit on a lease) used over one interval of at most one
+    /// UTC hour: CPU time, memory peak and network bytes. Not GPU use: it is billed by nothing
+    /// here, but lets a tenant and an auditor see what each job consumed, signed like the rest.
+    JobUsage(JobUsageRecord),
+    /// A lease's encrypted scratch was crypto-erased at lease end: its key removed from the
+    /// kernel, its directory deleted. Recorded so a tenant can prove its data was destroyed.
+    ScratchErased(ScratchErasedRecord),
+}
+
+/// Resources used by one job over `[start, end)`, cut at every UTC hour boundary and at the
+/// job's end, so per-hour totals of a job never need a record split across hours.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobUsageRecord {
+    /// Record schema version ([`RECORD_VERSION`]).
+    pub v: u32,
+    /// Leaf index of this record in the ledger.
+    pub id: u64,
+    /// Name of the node that ran the job (its configured node name).
+    pub node: String,
+    /// Id of the tenant that ran the job: the lease's tenant.
+    pub tenant: String,
+    /// Id of the lease the job ran under.
+    pub lease: String,
+    /// Id of the job, as `sovctl job` names it.
+    pub job: String,
+    /// Interval start (inclusive), RFC 3339 UTC with milliseconds.
+    pub start: String,
+    /// Interval end (exclusive), RFC 3339 UTC with milliseconds; in the same UTC hour as
+    /// `start`, or exactly the next hour boundary.
+    pub end: String,
+    /// CPU time used in the interval, nanoseconds (a delta of the unit's `CPUUsageNSec`;
+    /// spread over hours in proportion to time when the counter was read less often).
+    pub cpu_ns: u64,
+    /// The largest memory use seen in the interval, bytes (a peak, not a delta).
+    pub memory_peak_bytes: u64,
+    /// Bytes received by the job's network namespace in the interval.
+    pub bytes_in: u64,
+    /// Bytes sent by the job's network namespace in the interval.
+    pub bytes_out: u64,
+    /// Whether the job ended in this interval: its last record.
+    pub ended: bool,
+    /// How the job ended (`exited 0`, `killed 15`, `failed timeout`); only on the record
+    /// with `ended`, and absent there too when the node could not tell.
+    pub exit: Option<String>,
+}
+
+/// The crypto-erasure of a lease's encrypted scratch directory.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScratchErasedRecord {
+    /// Record schema version ([`RECORD_VERSION`]).
+    pub v: u32,
+    /// Leaf index of this record in the ledger.
+    pub id: u64,
+    /// Name of the node that held the scratch (its configured node name).
+    pub node: String,
+    /// Id of the tenant whose data was erased: the lease's tenant.
+    pub tenant: String,
+    /// Id of the lease the scratch belonged to.
+    pub lease: String,
+    /// When the key was removed, RFC 3339 UTC with milliseconds.
+    pub at: String,
+    /// Bytes the scratch held when it was erased (what became unreadable).
+    pub bytes: u64,
+    /// Whether files were still open when the key was removed (even after the directory was
+    /// deleted): their per-file keys stay in kernel memory until the processes holding them
+    /// close them, so the erasure completed only then.
+    pub files_busy: bool,
 }
 
 /// What `hostd ledger recover` did, written as the first record after the recovered ones, so
@@ -179,6 +248,8 @@ impl Record {
             Record::Attestation(a) => a.id,
             Record::GpuEvent(g) => g.id,
             Record::Recovery(r) => r.id,
+            Record::JobUsage(j) => j.id,
+            Record::ScratchErased(e) => e.id,
         }
     }
 
@@ -189,6 +260,8 @@ impl Record {
             Record::Attestation(_) => "attestation",
             Record::GpuEvent(_) => "gpu-event",
             Record::Recovery(_) => "recovery",
+            Record::JobUsage(_) => "job-usage",
+            Record::ScratchErased(_) => "scratch-erased",
         }
     }
 
@@ -199,6 +272,8 @@ impl Record {
             Record::Attestation(a) => a.v,
             Record::GpuEvent(g) => g.v,
             Record::Recovery(r) => r.v,
+            Record::JobUsage(j) => j.v,
+            Record::ScratchErased(e) => e.v,
         }
     }
 
@@ -234,5 +309,88 @@ mod tests {
         assert!(leaf.contains(r#""event":"cc-mode-changed""#), "{leaf}");
         assert_eq!(serde_json::from_str::<Record>(&leaf).unwrap(), g);
         assert_eq!((g.id(), g.kind()), (3, "gpu-event"));
+    }
+
+    #[test]
+    fn job_usage_and_scratch_erased_round_trip_with_their_tags() {
+        use crate::testutil::{job_usage, scratch_erased};
+        let mut j = job_usage(7, "2026-01-01T10:00:00.000Z", "2026-01-01T10:30:00.000Z");
+        if let Record::JobUsage(j) = &mut j {
+            (j.ended, j.exit) = (true, Some("killed 15".into()));
+        }
+        let leaf = String::from_utf8(j.to_leaf().unwrap()).unwrap();
+        assert!(
+            leaf.starts_with(r#"{"kind":"job-usage","v":1,"id":7,"node":"node-1","#),
+            "{leaf}"
+        );
+        assert!(
+            leaf.ends_with(r#""ended":true,"exit":"killed 15"}"#),
+            "{leaf}"
+        );
+        assert_eq!(serde_json::from_str::<Record>(&leaf).unwrap(), j);
+        assert_eq!((j.id(), j.kind(), j.version()), (7, "job-usage", 1));
+        let e = scratch_erased(8, "2026-01-01T11:00:00.000Z");
+        let leaf = String::from_utf8(e.to_leaf().unwrap()).unwrap();
+        assert_eq!(
+            leaf,
+            r#"{"kind":"scratch-erased","v":1,"id":8,"node":"node-1","tenant":"a","lease":"lease-1","at":"2026-01-01T11:00:00.000Z","bytes":1048576,"files_busy":false}"#
+        );
+        assert_eq!(serde_json::from_str::<Record>(&leaf).unwrap(), e);
+        assert_eq!((e.id(), e.kind()), (8, "scratch-erased"));
+        // Unknown fields are refused, as for every kind.
+        let extra = leaf.replace(r#""bytes""#, r#""extra":1,"bytes""#);
+        assert!(serde_json::from_str::<Record>(&extra).is_err());
+    }
+
+    /// Adding kinds must not change a byte of the existing ones.
+    #[test]
+    fn usage_records_keep_their_bytes() {
+        let leaf = String::from_utf8(
+            crate::testutil::usage(2, "acme", 1000, 25_000)
+                .to_leaf()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            leaf,
+            r#"{"kind":"usage","v":1,"id":2,"node":"node-1","tenant":"acme","lease":"lease-1","gpu_uuid":"GPU-0b8c1a52-0000-4000-8000-000000000001","gpu_model":"NVIDIA H100 80GB HBM3","start":"2026-01-01T00:00:00.000Z","end":"2026-01-01T01:00:00.000Z","gpu_ms":1000,"gpu_seconds":1.0,"energy_joules":1800000.0,"peak_memory_bytes":1073741824,"mean_utilization_pct":87.5,"rate_paise_per_hour":25000,"amount_paise":7,"policy_digest":"sha256:00","prev":1}"#
+        );
+    }
+
+    /// docs/audit.md lists every kind, and its examples are records that pass the checks.
+    #[test]
+    fn docs_list_every_kind_with_valid_examples() {
+        let doc = include_str!("../../docs/audit.md");
+        let section = doc
+            .split("## Record kinds")
+            .nth(1)
+            .and_then(|s| s.split("\n## ").next())
+            .expect("docs/audit.md has a Record kinds section");
+        let kinds = [
+            "usage",
+            "attestation",
+            "gpu-event",
+            "recovery",
+            "job-usage",
+            "scratch-erased",
+        ];
+        for kind in kinds {
+            assert!(
+                section.contains(&format!("* `{kind}`:")),
+                "{kind} undocumented"
+            );
+        }
+        let mut seen = Vec::new();
+        let mut totals = crate::check::Totals::default();
+        for line in section.lines().filter(|l| l.starts_with('{')) {
+            let rec: Record = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+            crate::check::check_record_line(rec.id(), line.as_bytes(), &mut totals)
+                .unwrap_or_else(|e| panic!("{e}: {line}"));
+            seen.push(rec.kind());
+        }
+        assert!(
+            seen.contains(&"job-usage") && seen.contains(&"scratch-erased"),
+            "{seen:?}"
+        );
     }
 }

@@ -3,7 +3,7 @@
 use crate::export::write_export;
 use crate::layout::{receipt_path, ConsistencyProof, RECORDS_FILE};
 use crate::money::amount_paise;
-use crate::record::{Record, UsageRecord, RECORD_VERSION};
+use crate::record::{JobUsageRecord, Record, ScratchErasedRecord, UsageRecord, RECORD_VERSION};
 use crate::source::DirSource;
 use crate::verify::{verify_export, Supplied, VerifyFailure, VerifyOptions, VerifyReport};
 use attest::checkpoint::{sign_checkpoint, Checkpoint};
@@ -40,6 +40,40 @@ pub(crate) fn usage(id: u64, tenant: &str, gpu_ms: u64, rate: u64) -> Record {
         policy_digest: "sha256:00".into(),
         prev: id.checked_sub(1),
         attestation: None,
+    })
+}
+
+/// A job-usage record of job `job-1` over `[start, end)`, not ended.
+pub(crate) fn job_usage(id: u64, start: &str, end: &str) -> Record {
+    Record::JobUsage(JobUsageRecord {
+        v: RECORD_VERSION,
+        id,
+        node: "node-1".into(),
+        tenant: "a".into(),
+        lease: "lease-1".into(),
+        job: "job-1".into(),
+        start: start.into(),
+        end: end.into(),
+        cpu_ns: 1_500_000_000,
+        memory_peak_bytes: 1 << 28,
+        bytes_in: 4096,
+        bytes_out: 512,
+        ended: false,
+        exit: None,
+    })
+}
+
+/// A scratch-erased record of `lease-1` at `at`.
+pub(crate) fn scratch_erased(id: u64, at: &str) -> Record {
+    Record::ScratchErased(ScratchErasedRecord {
+        v: RECORD_VERSION,
+        id,
+        node: "node-1".into(),
+        tenant: "a".into(),
+        lease: "lease-1".into(),
+        at: at.into(),
+        bytes: 1 << 20,
+        files_busy: false,
     })
 }
 
@@ -106,8 +140,12 @@ pub(crate) struct Fx {
 
 impl Fx {
     pub(crate) fn new(n: u64, receipts: &[u64]) -> Self {
+        Fx::of_leaves(leaves(n), receipts)
+    }
+
+    /// An export of exactly these leaves, signed, with receipts for `receipts`.
+    pub(crate) fn of_leaves(leaves: Vec<Vec<u8>>, receipts: &[u64]) -> Self {
         let tmp = tempfile::tempdir().unwrap();
-        let leaves = leaves(n);
         let rs: Vec<(u64, String)> = receipts.iter().map(|&i| (i, receipt(&leaves, i))).collect();
         let s = signer();
         write_export(

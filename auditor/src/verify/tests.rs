@@ -38,6 +38,47 @@ fn an_untouched_export_verifies_with_totals() {
     assert_eq!(json["totals"]["tenants"]["a"]["records"], 4);
 }
 
+/// An export holding job usage and scratch erasures among usage records verifies (what
+/// `sovctl audit verify` runs over a directory), counts them by kind and bills only usage;
+/// a job-usage record that crosses an hour is a finding naming it.
+#[test]
+fn an_export_with_job_usage_and_scratch_erasures_verifies() {
+    let mut leaves = leaves(2);
+    leaves.push(
+        job_usage(2, "2026-01-01T00:00:00.000Z", "2026-01-01T01:00:00.000Z")
+            .to_leaf()
+            .unwrap(),
+    );
+    leaves.push(
+        scratch_erased(3, "2026-01-01T01:00:00.000Z")
+            .to_leaf()
+            .unwrap(),
+    );
+    let f = Fx::of_leaves(leaves.clone(), &[2, 3]);
+    let r = f.run().unwrap();
+    assert!(r.is_valid(), "{:#?}", r.problems);
+    assert_eq!((r.records, r.receipts_verified), (4, 2));
+    assert_eq!(r.totals.by_kind["job-usage"], 1);
+    assert_eq!(r.totals.by_kind["scratch-erased"], 1);
+    assert_eq!(r.totals.tenants["a"].records, 1, "only usage is billed");
+    let s = crate::summary::format_summary(&r);
+    assert!(
+        s.contains("by kind: job-usage 1, scratch-erased 1, usage 2\n"),
+        "{s}"
+    );
+    leaves[2] = job_usage(2, "2026-01-01T00:30:00.000Z", "2026-01-01T01:30:00.000Z")
+        .to_leaf()
+        .unwrap();
+    let f = Fx::of_leaves(leaves, &[]);
+    assert!(matches!(
+        f.one_problem(),
+        Finding::BadRecord {
+            index: 2,
+            problem: RecordProblem::CrossesHour { .. }
+        }
+    ));
+}
+
 // --- Records
 
 #[test]

@@ -104,7 +104,14 @@ pub(super) fn visible_record(
         .ok_or_else(|| NodeError::NotFound(format!("no record {id}")))?;
     let rec = match serde_json::from_slice::<Record>(&leaf) {
         Ok(Record::Usage(u)) => u,
-        Ok(Record::Attestation(_) | Record::GpuEvent(_) | Record::Recovery(_)) => {
+        // Job usage and scratch erasures are not GPU usage: not served here.
+        Ok(
+            Record::Attestation(_)
+            | Record::GpuEvent(_)
+            | Record::Recovery(_)
+            | Record::JobUsage(_)
+            | Record::ScratchErased(_),
+        ) => {
             return Err(NodeError::NotFound(format!(
                 "record {id} is not a usage record"
             )))
@@ -228,7 +235,29 @@ mod tests {
         .unwrap()
     }
 
-    /// 30 records: every third is a non-usage leaf; usage records alternate tenants a and b,
+    /// A job-usage record of tenant a, lease x.
+    fn job_usage(id: u64) -> Vec<u8> {
+        Record::JobUsage(auditor::record::JobUsageRecord {
+            v: 1,
+            id,
+            node: "n".into(),
+            tenant: "a".into(),
+            lease: "x".into(),
+            job: "job-1".into(),
+            start: "2026-01-01T00:00:00.000Z".into(),
+            end: "2026-01-01T00:01:00.000Z".into(),
+            cpu_ns: 1,
+            memory_peak_bytes: 1,
+            bytes_in: 1,
+            bytes_out: 1,
+            ended: false,
+            exit: None,
+        })
+        .to_leaf()
+        .unwrap()
+    }
+
+    /// 30 records: every third is a non-usage leaf (recovery, job usage, scratch erasure); usage records alternate tenants a and b,
     /// and tenant a's alternate leases x and y.
     fn ledger() -> (tempfile::TempDir, Snapshot) {
         let dir = tempfile::tempdir().unwrap();
@@ -239,8 +268,22 @@ mod tests {
         let signer = NoteSigner::from_seed("n/usage", &[3; 32]).unwrap();
         let mut l = Ledger::open(&db, signer).unwrap();
         let leaves: Vec<Vec<u8>> = (0..30u64)
-            .map(|i| match i % 3 {
-                0 => Record::Recovery(auditor::record::RecoveryRecord {
+            .map(|i| match (i % 3, i % 9) {
+                // Job usage and scratch erasures are not GPU usage: pages skip them.
+                (0, 3) => job_usage(i),
+                (0, 6) => Record::ScratchErased(auditor::record::ScratchErasedRecord {
+                    v: 1,
+                    id: i,
+                    node: "n".into(),
+                    tenant: "a".into(),
+                    lease: "x".into(),
+                    at: "2026-01-01T00:00:00.000Z".into(),
+                    bytes: 1,
+                    files_busy: false,
+                })
+                .to_leaf()
+                .unwrap(),
+                (0, _) => Record::Recovery(auditor::record::RecoveryRecord {
                     v: 1,
                     id: i,
                     node: "n".into(),
@@ -253,7 +296,7 @@ mod tests {
                 })
                 .to_leaf()
                 .unwrap(),
-                1 => usage(i, "a", if i % 2 == 0 { "x" } else { "y" }),
+                (1, _) => usage(i, "a", if i % 2 == 0 { "x" } else { "y" }),
                 _ => usage(i, "b", "z"),
             })
             .collect();

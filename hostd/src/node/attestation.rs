@@ -216,6 +216,7 @@ impl Node {
                 LeasesKey::LatestAttestation.key(),
                 serde_json::json!(self.ledger_next_hint()),
             )],
+            Vec::new(),
         )?;
         let id = ids
             .first()

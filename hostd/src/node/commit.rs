@@ -169,12 +169,14 @@ impl Node {
         Ok(ids)
     }
 
-    /// Appends records built from their first id, with `puts` to the leases tree, through
-    /// the same crash-safe intent as usage records. The caller holds the write lock.
+    /// Appends records built from their first id, with `puts` to and `removes` from the
+    /// leases tree, through the same crash-safe intent as usage records: the state changes
+    /// land exactly when the records do. The caller holds the write lock.
     pub(super) fn append_records(
         &self,
         build: impl FnOnce(u64) -> Vec<Record>,
         puts: Vec<(String, serde_json::Value)>,
+        removes: Vec<String>,
     ) -> Result<Vec<u64>, NodeError> {
         let start = lock(&self.ledger).next_index();
         let records = build(start);
@@ -183,7 +185,7 @@ impl Node {
             start,
             leaves: records.iter().map(leaf_text).collect::<Result<_, _>>()?,
             puts,
-            removes: Vec::new(),
+            removes,
         };
         self.write_ahead_and_append(&intent)?;
         self.apply_intent_with(&intent, true)?;

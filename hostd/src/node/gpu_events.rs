@@ -154,6 +154,7 @@ impl Node {
                     .collect()
             },
             vec![(LeasesKey::GpuSnapshot.key(), snapshot)],
+            Vec::new(),
         )?;
         Ok(())
     }

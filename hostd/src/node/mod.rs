@@ -10,8 +10,9 @@
 //!
 //! One file per concept: [`commit`] (the write-ahead intent and the crash-safe append),
 //! `tenants`, `leases`, `metering`, `verified` (reading the ledger against its checkpoint),
-//! `gpu_events` (inventory and GPU change records) and `attestation` (evidence, results and
-//! the facts the residency policy sees). Every part is an `impl Node` over the same state.
+//! `gpu_events` (inventory and GPU change records), `attestation` (evidence, results and
+//! the facts the residency policy sees) and `workloads` (job-usage records cut from job
+//! cursors, scratch erasures). Every part is an `impl Node` over the same state.
 
 use crate::attestation::{unix_now, Attester, Collected};
 use crate::clock::{rfc3339_ms, Clock};
@@ -21,7 +22,9 @@ use crate::lease::{self, Candidate, Lease, LeaseState, LeasedGpu, NewLease};
 use crate::ledger::Ledger;
 use crate::meter::{Anomaly, Cursor, Reading, Usage};
 use crate::residency::{PlaceRequest, Residency};
-use crate::state::keys::{cursor_prefix, LeasesKey, CURSOR_PREFIX, LEASE_PREFIX};
+use crate::state::keys::{
+    cursor_prefix, LeasesKey, CURSOR_PREFIX, JOB_CURSOR_PREFIX, LEASE_PREFIX,
+};
 use crate::state::{JsonTree, Store, StoreError};
 use attest::ear::{AttestationResult, Status};
 use auditor::money::amount_paise;
@@ -48,6 +51,7 @@ mod metering;
 mod tenants;
 mod time;
 mod verified;
+mod workloads;
 
 pub use error::{InternalError, NodeError};
 pub use leases::holder;
@@ -67,7 +71,8 @@ pub struct Node {
     clock: Clock,
     store: Store,
     tenants: JsonTree,
-    /// Leases (`lease/<id>`), meter cursors (`cursor/<lease>/<gpu>`) and the `intent`.
+    /// Leases (`lease/<id>`), meter cursors (`cursor/<lease>/<gpu>`), job meter cursors
+    /// (`jobmeter/<job>`) and the `intent`.
     leases: JsonTree,
     ledger: Mutex<Ledger>,
     gpus: Gpus,
@@ -154,6 +159,9 @@ impl Node {
             .leases
             .scan::<Cursor>(CURSOR_PREFIX)
             .map_err(|e| internal("checking the meter cursors", e))?;
+        self.leases
+            .scan::<crate::workload::metering::JobCursor>(JOB_CURSOR_PREFIX)
+            .map_err(|e| internal("checking the job meter cursors", e))?;
         Ok((leases, cursors))
     }
 

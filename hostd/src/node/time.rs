@@ -10,13 +10,16 @@
 
 use super::*;
 
-/// The time a record was written for: the end of a usage interval, the moment of the others.
+/// The time a record was written for: the end of a usage or job-usage interval, the moment
+/// of the others.
 fn record_time(rec: &Record) -> Option<i64> {
     let t = match rec {
         Record::Usage(u) => &u.end,
         Record::Attestation(a) => &a.received,
         Record::GpuEvent(g) => &g.at,
         Record::Recovery(r) => &r.at,
+        Record::JobUsage(j) => &j.end,
+        Record::ScratchErased(e) => &e.at,
     };
     crate::clock::parse_time_ms(t).ok()
 }

@@ -8,6 +8,7 @@
 //! | `intent` | the pending write-ahead intent, if any |
 //! | `attestation-latest` | the id of the latest attestation record |
 //! | `gpu-snapshot` | the GPU inventory the metering loop compared last |
+//! | `jobmeter/<job>` | the meter cursor of one running job (where its last record stopped) |
 
 use std::fmt;
 
@@ -29,6 +30,11 @@ pub enum LeasesKey<'a> {
     LatestAttestation,
     /// `gpu-snapshot`.
     GpuSnapshot,
+    /// `jobmeter/<job>`.
+    JobCursor {
+        /// The job id.
+        job: &'a str,
+    },
 }
 
 /// Prefix of every lease key.
@@ -36,6 +42,10 @@ pub const LEASE_PREFIX: &str = "lease/";
 
 /// Prefix of every meter cursor.
 pub const CURSOR_PREFIX: &str = "cursor/";
+
+/// Prefix of every job's meter cursor. Not under `cursor/`, whose entries are GPU cursors
+/// read as such at start.
+pub const JOB_CURSOR_PREFIX: &str = "jobmeter/";
 
 /// Prefix of the cursors of one lease.
 pub fn cursor_prefix(lease: &str) -> String {
@@ -57,6 +67,7 @@ impl fmt::Display for LeasesKey<'_> {
             LeasesKey::Intent => f.write_str("intent"),
             LeasesKey::LatestAttestation => f.write_str("attestation-latest"),
             LeasesKey::GpuSnapshot => f.write_str("gpu-snapshot"),
+            LeasesKey::JobCursor { job } => write!(f, "{JOB_CURSOR_PREFIX}{job}"),
         }
     }
 }
@@ -78,5 +89,9 @@ mod tests {
         assert_eq!(LeasesKey::Intent.key(), "intent");
         assert_eq!(LeasesKey::LatestAttestation.key(), "attestation-latest");
         assert_eq!(LeasesKey::GpuSnapshot.key(), "gpu-snapshot");
+        let j = LeasesKey::JobCursor { job: "job-1" };
+        assert_eq!(j.key(), "jobmeter/job-1");
+        assert!(j.key().starts_with(JOB_CURSOR_PREFIX));
+        assert!(!j.key().starts_with(CURSOR_PREFIX) && !j.key().starts_with(LEASE_PREFIX));
     }
 }

@@ -13,13 +13,16 @@
 //! job's own loopback without the host's; and published service ports, forwarded in userspace
 //! from a node address into the lease's namespace so their bytes are counted exactly
 //! ([`publish`]). Dev mode runs all of it under a private systemd in a container
-//! ([`container`]).
+//! ([`container`]). What each job used is cut into one ledger record per UTC hour and one at
+//! its end by pure logic ([`metering`]), so the node writes nothing inside an hour however
+//! many jobs it meters every second.
 
 pub mod accounts;
 pub mod container;
 pub mod devices;
 pub mod egress;
 pub mod job;
+pub mod metering;
 pub mod publish;
 pub mod runner;
 pub mod sandbox;
