@@ -18,6 +18,7 @@ use super::accounts;
 use super::devices;
 use super::egress::{self, Firewall, LeaseNetwork};
 use super::job::{self, StoredJob};
+use super::metering::{JobCursor, JobSample};
 use super::sandbox::{self, JobSandbox, PropertyValue};
 use super::scratch::{Scratch, ScratchError};
 use super::uids::{UidPool, UidRange};
@@ -164,6 +165,9 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
             } else {
                 job::mark_lost(&mut s.job, self.node.clock().now_ms());
                 warn!(lease = %s.job.lease, job = %s.job.id, "job's unit vanished while hostd was down");
+                if let Err(e) = self.meter(&s, 0).await {
+                    warn!(job = %s.job.id, error = %e, "cannot close the lost job's metering");
+                }
                 self.tree.put(&s.key(), &s)?;
             }
         }
@@ -173,6 +177,66 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
                 warn!(unit = %orphan, error = %e, "could not stop orphan unit");
             }
         }
+        Ok(())
+    }
+
+    /// The lease's scratch and the uid that owns it, made if the lease has none yet (data may
+    /// be uploaded before any job runs). For `sovctl cp`: files written there must be given
+    /// to `uid`.
+    pub async fn scratch_for(&self, lease: &Lease) -> Result<(PathBuf, u32), NodeError> {
+        if lease.state != LeaseState::Active {
+            return Err(NodeError::Conflict(format!("lease {} has ended", lease.id)));
+        }
+        let _w = self.write.lock().await;
+        let uid = self.lease_uid(&lease.id)?;
+        accounts::ensure_job_user(&self.paths.system_root, uid)
+            .map_err(|e| internal("publishing the job's user", e))?;
+        let dir = self.lease_scratch(&lease.id, uid).await?;
+        Ok((dir, uid))
+    }
+
+    /// Refuses `more` bytes into the lease's scratch when they would pass its quota.
+    pub fn check_scratch_quota(&self, lease: &str, more: u64) -> Result<(), ScratchError> {
+        self.scratch.check_quota(lease, more)
+    }
+
+    /// Starts (or, for a re-adopted job, keeps) the job's meter cursor.
+    async fn start_metering(&self, job: &Job) -> Result<(), NodeError> {
+        let cursor = JobCursor {
+            lease: job.lease.clone(),
+            job: job.id.clone(),
+            tenant: job.tenant.clone(),
+            from_ms: job.started_ms,
+            cpu_ns: 0,
+            bytes_in: 0,
+            bytes_out: 0,
+            memory_peak_bytes: 0,
+        };
+        let node = self.node.clone();
+        tokio::task::spawn_blocking(move || node.start_job_metering(cursor))
+            .await
+            .map_err(|e| internal("starting job metering", e))?
+    }
+
+    /// Cuts the job's use into job-usage records: whole UTC hours as they pass, the rest when
+    /// it ends. Inside an hour nothing is written.
+    async fn meter(&self, s: &StoredJob, memory_bytes: u64) -> Result<(), NodeError> {
+        let j = &s.job;
+        let sample = JobSample {
+            cpu_ns: j.cpu_ns,
+            bytes_in: j.bytes_in,
+            bytes_out: j.bytes_out,
+            memory_bytes,
+        };
+        let ended = j.state.is_final().then(|| exit_words(j));
+        if self.node.job_cursor(&j.id)?.is_none() {
+            self.start_metering(j).await?;
+        }
+        let node = self.node.clone();
+        let id = j.id.clone();
+        tokio::task::spawn_blocking(move || node.meter_job(&id, &sample, ended))
+            .await
+            .map_err(|e| internal("metering a job", e))??;
         Ok(())
     }
 
@@ -271,6 +335,9 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
             Ok(()) => {
                 lock(&self.live).insert(stored.key());
                 info!(tenant = %stored.job.tenant, lease = %stored.job.lease, job = %stored.job.id, "job started");
+                if let Err(e) = self.start_metering(&stored.job).await {
+                    warn!(job = %stored.job.id, error = %e, "job metering not started; retried on the next refresh");
+                }
                 Ok(stored.job)
             }
             Err(e) => {
@@ -482,6 +549,13 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
             self.keep_devices(s).await;
             self.stop_if_lease_ended(s).await?;
         }
+        let memory = status.as_ref().and_then(|st| st.memory_bytes).unwrap_or(0);
+        if let Err(e) = self.meter(s, memory).await {
+            // The cursor has not moved: the next refresh cuts the same span again.
+            warn!(job = %s.job.id, error = %e, "metering the job failed; retrying");
+            self.tree.put(&s.key(), s)?;
+            return Ok(());
+        }
         if s.job.state.is_final() {
             self.finish(s).await;
         }
@@ -654,7 +728,18 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
         .map_err(|e| internal("erasing the lease's scratch", e))?
         .map_err(|e| internal("erasing the lease's scratch", e))?;
         if let Some(e) = erased {
-            info!(lease = %lease, bytes = e.bytes, files_busy = e.files_busy, "scratch crypto-erased");
+            let tenant = match self.node.lease(lease) {
+                Ok(l) => l.tenant,
+                Err(_) => String::new(),
+            };
+            let node = self.node.clone();
+            let l = lease.to_owned();
+            let id = tokio::task::spawn_blocking(move || {
+                node.record_scratch_erased(&tenant, &l, e.bytes, e.files_busy)
+            })
+            .await
+            .map_err(|e| internal("recording the scratch erasure", e))??;
+            info!(lease = %lease, bytes = e.bytes, files_busy = e.files_busy, record = id, "scratch crypto-erased");
         }
         Ok(())
     }
@@ -711,6 +796,17 @@ fn watch_properties(log: &Path) -> Vec<(&'static str, PropertyValue)> {
         ("IPAccounting", PropertyValue::Bool(true)),
         ("AddRef", PropertyValue::Bool(true)),
     ]
+}
+
+/// How the job ended, in the words of its job-usage record (`exited 0`, `killed 15`,
+/// `failed timeout`); empty when unknown (a lost unit).
+fn exit_words(j: &Job) -> String {
+    match j.state {
+        JobState::Exited => format!("exited {}", j.exit_code.unwrap_or_default()),
+        JobState::Killed => format!("killed {}", j.signal.unwrap_or_default()),
+        JobState::Failed => format!("failed {}", j.result.as_deref().unwrap_or("")),
+        _ => String::new(),
+    }
 }
 
 /// The job joins its lease's network namespace and sees the lease's `resolv.conf`.

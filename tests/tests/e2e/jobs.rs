@@ -14,6 +14,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+/// One node with jobs at a time: a node's hostd owns the host's lease address pool and its
+/// nftables table, and two dev nodes on one machine would hand out the same addresses.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 fn jobs_node() -> DevNode {
     assert!(
         Path::new("/usr/bin/systemd-nspawn").exists(),
@@ -63,7 +71,15 @@ fn run(node: &DevNode, tenant: &str, lease: &str, script: &str) -> (i32, String)
     );
     (
         out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .filter(|l| !l.starts_with("sovctl: job "))
+                .map(|l| format!("[stderr] {l}\n"))
+                .collect::<String>()
+        ),
     )
 }
 
@@ -96,6 +112,7 @@ fn wait_job(node: &DevNode, lease: &str, job: &str, pred: impl Fn(&Value) -> boo
 
 #[test]
 fn jobs_run_confined_to_their_lease_under_real_systemd() {
+    let _one = one_at_a_time();
     let node = jobs_node();
     create_tenants(&node);
     let (la, ga) = lease(&node, "hyd-speech");
@@ -270,6 +287,7 @@ fn daemon_reload(bus: &str) {
 
 #[test]
 fn reloads_and_hostd_restarts_leave_running_jobs_their_gpu() {
+    let _one = one_at_a_time();
     let mut node = jobs_node();
     create_tenants(&node);
     let (la, ga) = lease(&node, "hyd-speech");
@@ -341,6 +359,43 @@ fn reloads_and_hostd_restarts_leave_running_jobs_their_gpu() {
     e2e::ok(&node.sovctl("hyd-speech", &["job", "stop", "--lease", &la, &j]));
     wait_job(&node, &la, &j, |v| v["state"] == "killed");
     end_and_wait(&node, "hyd-speech", &la);
+
+    // Nothing metered twice across the kill -9: the job's records tile its run exactly once,
+    // and the last says how it ended.
+    let recs = job_records(&node, &j);
+    assert!(!recs.is_empty());
+    for pair in recs.windows(2) {
+        assert_eq!(pair[0]["end"], pair[1]["start"], "gap or overlap: {recs:?}");
+    }
+    let ended: Vec<&Value> = recs.iter().filter(|r| r["ended"] == true).collect();
+    assert_eq!(ended.len(), 1, "{recs:?}");
+    assert_eq!(ended[0]["exit"], "killed 15");
+    assert!(
+        recs.iter()
+            .map(|r| r["cpu_ns"].as_u64().unwrap())
+            .sum::<u64>()
+            > 0
+    );
+}
+
+/// The ledger's job-usage records of `job`, in ledger order.
+fn job_records(node: &DevNode, job: &str) -> Vec<Value> {
+    ledger(node)
+        .into_iter()
+        .filter(|r| r["kind"] == "job-usage" && r["job"] == job)
+        .collect()
+}
+
+/// Every record of the node's signed log, as an auditor exports it.
+fn ledger(node: &DevNode) -> Vec<Value> {
+    let rt = node.rt();
+    let text = rt.block_on(async {
+        let au = node.client("auditor").await.unwrap();
+        au.text("/v1/audit/records").await.unwrap()
+    });
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 /// A unit with hostd's device rule for GPU `gpu`, started behind hostd's back; it probes the
@@ -513,6 +568,7 @@ fn nft_counter(name: &str) -> u64 {
 
 #[test]
 fn egress_follows_the_policy_and_scratch_is_crypto_erased_at_lease_end() {
+    let _one = one_at_a_time();
     let node = jobs_node();
     create_tenants(&node);
     // internal data of hyd-speech: the dev policy allows egress to India (10.233.1.0/24) only.
@@ -618,7 +674,33 @@ fn scratch_is_crypto_erased(node: &DevNode, la: &str) {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(!dir.exists(), "scratch still there");
-    assert!(node.log_text().contains("scratch crypto-erased"));
+    let erased: Vec<Value> = ledger(node)
+        .into_iter()
+        .filter(|r| r["kind"] == "scratch-erased" && r["lease"] == la)
+        .collect();
+    assert_eq!(erased.len(), 1, "{erased:?}");
+    assert!(
+        erased[0]["bytes"].as_u64().unwrap() >= 2000 * 36,
+        "{erased:?}"
+    );
+    // The auditor's offline verification accepts the new kinds.
+    let out_dir = tempfile::tempdir().unwrap();
+    let export = out_dir.path().join("export");
+    e2e::ok(&node.sovctl(
+        "auditor",
+        &["audit", "export", "--out", export.to_str().unwrap()],
+    ));
+    let vkey = node.dir.join("state/log.vkey");
+    e2e::ok(&node.sovctl(
+        "",
+        &[
+            "audit",
+            "verify",
+            export.to_str().unwrap(),
+            "--vkey",
+            vkey.to_str().unwrap(),
+        ],
+    ));
     let netns = Command::new("ip").args(["netns", "list"]).output().unwrap();
     assert!(!String::from_utf8_lossy(&netns.stdout).contains(&format!("sov-{la}")));
 }
