@@ -49,6 +49,7 @@ pub(super) async fn get_lease(
 pub(super) async fn end_lease(
     State(node): State<Arc<Node>>,
     Extension(p): Extension<Principal>,
+    Extension(w): Extension<super::Workloads>,
     Path(id): Path<String>,
 ) -> ApiResult<Json<LeaseEnded>> {
     if p.role == Role::Auditor {
@@ -59,5 +60,9 @@ pub(super) async fn end_lease(
         n.end_lease(&id)
     })
     .await?;
+    // Its jobs are stopped and its scratch erased now, not at the next tick.
+    if let super::Workloads::On(jobs) = &w {
+        jobs.poke();
+    }
     Ok(Json(LeaseEnded { lease, records }))
 }

@@ -71,6 +71,8 @@ pub struct Jobs<U, F> {
     /// may have missed a reload). systemd still *reports* a rule it dropped for a node that
     /// was missing at reload time, so the property cannot tell; re-applying can.
     reapply: Mutex<BTreeSet<String>>,
+    /// Asks the run loop for a refresh now (a lease ended).
+    poke: tokio::sync::Notify,
     write: tokio::sync::Mutex<()>,
 }
 
@@ -128,6 +130,7 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
             uvm,
             live: Mutex::default(),
             reapply: Mutex::default(),
+            poke: tokio::sync::Notify::new(),
             write: tokio::sync::Mutex::new(()),
         })
     }
@@ -193,6 +196,12 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
             .map_err(|e| internal("publishing the job's user", e))?;
         let dir = self.lease_scratch(&lease.id, uid).await?;
         Ok((dir, uid))
+    }
+
+    /// Refreshes now rather than at the next tick: a lease ended, so its jobs must stop and
+    /// its scratch be erased without waiting.
+    pub fn poke(&self) {
+        self.poke.notify_one();
     }
 
     /// Refuses `more` bytes into the lease's scratch when they would pass its quota.
@@ -659,6 +668,7 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
                         bus_open = false;
                     }
                 },
+                _ = self.poke.notified() => {}
                 _ = stop.changed() => return,
             }
             if let Err(e) = self.refresh().await {

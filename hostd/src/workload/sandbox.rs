@@ -333,4 +333,42 @@ mod tests {
         assert_eq!(tenant_slice("acme"), "sovereign-tenant-acme.slice");
         assert!(!tenant_slice("a-b").contains("a-b"));
     }
+
+    /// docs/isolation.md's property table names exactly the sandbox's properties (the
+    /// command, environment, working directory and description are the job's, not the
+    /// sandbox's).
+    #[test]
+    fn the_isolation_page_documents_every_property() {
+        let doc = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/isolation.md"),
+        )
+        .unwrap();
+        let table = doc
+            .split("## The unit properties, and why")
+            .nth(1)
+            .unwrap()
+            .split("\n\n")
+            .find(|block| block.trim_start().starts_with("| property"))
+            .unwrap();
+        let documented: std::collections::BTreeSet<String> = table
+            .lines()
+            .skip(2)
+            .filter_map(|row| row.split('|').nth(1))
+            .flat_map(|cell| cell.split('`').skip(1).step_by(2).map(str::to_owned))
+            .collect();
+        let job_own = [
+            "Description",
+            "ExecStart",
+            "Environment",
+            "WorkingDirectory",
+        ];
+        let set: std::collections::BTreeSet<String> = job()
+            .properties()
+            .unwrap()
+            .into_iter()
+            .map(|(k, _)| k.to_owned())
+            .filter(|k| !job_own.contains(&k.as_str()))
+            .collect();
+        assert_eq!(documented, set);
+    }
 }
