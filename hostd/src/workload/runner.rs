@@ -343,10 +343,9 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
         match self.units.start(&stored.unit, props).await {
             Ok(()) => {
                 lock(&self.live).insert(stored.key());
+                // Metering starts at the first refresh, from the job's start time: a durable
+                // cursor costs an fsync, which the tenant's request need not wait for.
                 info!(tenant = %stored.job.tenant, lease = %stored.job.lease, job = %stored.job.id, "job started");
-                if let Err(e) = self.start_metering(&stored.job).await {
-                    warn!(job = %stored.job.id, error = %e, "job metering not started; retried on the next refresh");
-                }
                 Ok(stored.job)
             }
             Err(e) => {
