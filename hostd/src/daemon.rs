@@ -151,6 +151,8 @@ pub struct WorkloadSetup {
     pub bus: Result<String, String>,
     /// The root of the system jobs run in (`/`, or dev mode's container).
     pub system_root: PathBuf,
+    /// Dev mode: the simulated GPUs' control file (running jobs show as load).
+    pub sim_control: Option<PathBuf>,
 }
 
 impl WorkloadSetup {
@@ -163,6 +165,7 @@ impl WorkloadSetup {
                 Err("workloads.enabled is false in the configuration".into())
             },
             system_root: PathBuf::from("/"),
+            sim_control: None,
         }
     }
 }
@@ -198,6 +201,7 @@ async fn try_start_workloads(
     let paths = Paths {
         work: cfg.work_dir.clone(),
         system_root: setup.system_root,
+        sim_control: setup.sim_control,
     };
     let firewall = NftFirewall::adopt(FirewallConfig {
         uplinks: cfg.uplinks.clone(),

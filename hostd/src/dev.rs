@@ -348,6 +348,7 @@ pub fn workloads(
             crate::daemon::WorkloadSetup {
                 bus: Err(why),
                 system_root: PathBuf::from("/"),
+                sim_control: None,
             },
             None,
         )
@@ -386,6 +387,7 @@ pub fn workloads(
         crate::daemon::WorkloadSetup {
             bus: Ok(container.bus_address()),
             system_root: container.root(),
+            sim_control: Some(dir.join("gpu-control.json")),
         },
         Some(container),
     )

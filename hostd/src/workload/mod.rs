@@ -13,7 +13,7 @@
 //! job's own loopback without the host's; and published service ports, forwarded in userspace
 //! from a node address into the lease's namespace so their bytes are counted exactly
 //! ([`publish`]). Dev mode runs all of it under a private systemd in a container
-//! ([`container`]). What each job used is cut into one ledger record per UTC hour and one at
+//! ([`container`]), where running jobs make their simulated GPUs busy (`simload`). What each job used is cut into one ledger record per UTC hour and one at
 //! its end by pure logic ([`metering`]), so the node writes nothing inside an hour however
 //! many jobs it meters every second.
 
@@ -27,5 +27,7 @@ pub mod publish;
 pub mod runner;
 pub mod sandbox;
 pub mod scratch;
+#[cfg(feature = "dev")]
+pub mod simload;
 pub mod uids;
 pub mod units;

@@ -45,6 +45,8 @@ pub struct Paths {
     /// programs and user records (`/run/userdb`) are: `/` on a node, the container's root in
     /// dev mode.
     pub system_root: PathBuf,
+    /// Dev mode: the simulated GPUs' control file, where running jobs show as load.
+    pub sim_control: Option<PathBuf>,
 }
 
 /// The jobs controller of a node: systemd over D-Bus, nftables, fscrypt.
@@ -71,6 +73,8 @@ pub struct Jobs<U, F> {
     /// may have missed a reload). systemd still *reports* a rule it dropped for a node that
     /// was missing at reload time, so the property cannot tell; re-applying can.
     reapply: Mutex<BTreeSet<String>>,
+    #[cfg(feature = "dev")]
+    sim: Option<Mutex<super::simload::SimLoad>>,
     /// Asks the run loop for a refresh now (a lease ended).
     poke: tokio::sync::Notify,
     write: tokio::sync::Mutex<()>,
@@ -116,6 +120,11 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
         create_dir(&paths.work.join("logs"), 0o700)?;
         create_dir(&paths.work.join("net"), 0o755)?;
         let uvm = devices::uvm_major(Path::new("/proc/devices")).map(|_| "/dev/nvidia-uvm".into());
+        #[cfg(feature = "dev")]
+        let sim = paths
+            .sim_control
+            .clone()
+            .map(|c| Mutex::new(super::simload::SimLoad::new(c)));
         Ok(Jobs {
             units,
             firewall,
@@ -131,6 +140,8 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
             live: Mutex::default(),
             reapply: Mutex::default(),
             poke: tokio::sync::Notify::new(),
+            #[cfg(feature = "dev")]
+            sim,
             write: tokio::sync::Mutex::new(()),
         })
     }
@@ -537,7 +548,28 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
             };
             self.refresh_one(&mut s).await?;
         }
+        #[cfg(feature = "dev")]
+        self.show_sim_load();
         self.release_ended_leases().await
+    }
+
+    /// Dev mode: the GPUs of leases with a running job show load.
+    #[cfg(feature = "dev")]
+    fn show_sim_load(&self) {
+        let Some(sim) = &self.sim else { return };
+        let running: BTreeSet<String> = lock(&self.live)
+            .iter()
+            .filter_map(|k| k.split_once('/').map(|(l, _)| l.to_owned()))
+            .collect();
+        let leases: BTreeMap<String, Vec<u32>> = running
+            .iter()
+            .filter_map(|l| self.node.lease(l).ok())
+            .map(|l| (l.id.clone(), l.gpus.iter().map(|g| g.index).collect()))
+            .collect();
+        let busy = super::simload::busy_gpus(&leases, &running);
+        if let Err(e) = lock(sim).set_busy(busy) {
+            warn!(error = %e, "cannot show jobs' load on the simulated GPUs");
+        }
     }
 
     async fn refresh_one(&self, s: &mut StoredJob) -> Result<(), NodeError> {

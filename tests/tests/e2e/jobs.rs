@@ -148,7 +148,7 @@ fn jobs_run_confined_to_their_lease_under_real_systemd() {
     assert!(!out.contains("secret"), "{out}");
 
     refusals(&node, &la, &lb);
-    stop_and_lease_end(&node, &la);
+    stop_and_lease_end(&node, &la, ga);
     end_and_wait(&node, "eu-bio", &lb);
     wait_network_gone(&node, &la);
 }
@@ -228,12 +228,30 @@ fn refusals(node: &DevNode, la: &str, lb: &str) {
 
 /// A stopped job is killed by SIGTERM; ending the lease stops its jobs; an ended lease
 /// runs nothing more.
-fn stop_and_lease_end(node: &DevNode, la: &str) {
+fn stop_and_lease_end(node: &DevNode, la: &str, ga: u64) {
     let j = detached(node, "hyd-speech", la, "exec sleep 300");
     wait_job(node, la, &j, |v| v["state"] == "running");
+    // Dev mode: the running job makes its lease's simulated GPU busy, and idle again after.
+    let gpu = ga.to_string();
+    let load = |busy: bool| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let c: Value = serde_json::from_str(
+                &std::fs::read_to_string(node.dir.join("gpu-control.json")).unwrap(),
+            )
+            .unwrap();
+            if c["load"].get(&gpu).is_some() == busy {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{c}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    load(true);
     e2e::ok(&node.sovctl("hyd-speech", &["job", "stop", "--lease", la, &j]));
     let v = wait_job(node, la, &j, |v| v["state"] == "killed");
     assert_eq!(v["signal"], 15, "{v}");
+    load(false);
 
     let k = detached(node, "hyd-speech", la, "exec sleep 300");
     wait_job(node, la, &k, |v| v["state"] == "running");
