@@ -132,6 +132,11 @@ pub struct WorkloadConfig {
     /// Interfaces leases' allowed traffic leaves through (forwarding is switched on for them
     /// alone). Default none: leases reach nothing beyond the node.
     pub uplinks: Vec<String>,
+    /// Address jobs' published service ports listen on (the port is picked by the kernel).
+    /// Default `0.0.0.0`.
+    pub publish_address: std::net::IpAddr,
+    /// Connections one published port forwards at once. Default 256.
+    pub publish_max_connections: usize,
     /// First uid (and gid) of the range hostd gives leases' jobs. Default 60000.
     pub uid_first: u32,
     /// How many uids. Default 1000.
@@ -159,6 +164,8 @@ impl Default for WorkloadConfig {
             scratch_dir: None,
             scratch_quota_bytes: 100 << 30,
             uplinks: Vec::new(),
+            publish_address: std::net::IpAddr::from([0, 0, 0, 0]),
+            publish_max_connections: 256,
             uid_first: 60_000,
             uid_count: 1_000,
             default_memory_bytes: 4 << 30,

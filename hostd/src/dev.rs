@@ -177,6 +177,8 @@ work_dir = "work"
 # A loop-mounted ext4 with the encrypt feature, made by `hostd dev` (fscrypt needs one).
 scratch_dir = "work/scratch-volume/mnt"
 scratch_quota_bytes = 2147483648
+# Published service ports of jobs: on loopback only, on a dev machine.
+publish_address = "127.0.0.1"
 "#,
         verifier = verifier_pub,
         listen = args.listen,

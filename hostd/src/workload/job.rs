@@ -22,6 +22,9 @@ pub struct StoredJob {
     /// hostd asked systemd to stop it (lease ended, tenant asked, or shutdown).
     #[serde(default)]
     pub stop_requested: bool,
+    /// The job's own port behind its published node port (`job.published_port`).
+    #[serde(default)]
+    pub published_target: Option<u16>,
 }
 
 impl StoredJob {
@@ -68,6 +71,8 @@ pub enum RequestError {
     },
     #[error("workdir must be a relative path inside the lease's scratch, without '..'")]
     BadWorkdir,
+    #[error("publish must be the job's TCP port, 1-65535")]
+    BadPort,
 }
 
 /// Most bytes of argv plus environment a job may carry (Linux's own limit is larger, but a
@@ -96,6 +101,9 @@ pub fn check_request(req: &NewJob, cfg: &WorkloadConfig) -> Result<JobLimits, Re
     }
     if let Some(w) = &req.workdir {
         relative_inside(w).ok_or(RequestError::BadWorkdir)?;
+    }
+    if req.publish == Some(0) {
+        return Err(RequestError::BadPort);
     }
     resolve_limits(&req.limits, cfg)
 }

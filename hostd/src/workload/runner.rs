@@ -19,6 +19,7 @@ use super::devices;
 use super::egress::{self, Firewall, LeaseNetwork};
 use super::job::{self, StoredJob};
 use super::metering::{JobCursor, JobSample};
+use super::publish::{PortConfig, ServicePort};
 use super::sandbox::{self, JobSandbox, PropertyValue};
 use super::scratch::{Scratch, ScratchError};
 use super::uids::{UidPool, UidRange};
@@ -75,6 +76,8 @@ pub struct Jobs<U, F> {
     reapply: Mutex<BTreeSet<String>>,
     #[cfg(feature = "dev")]
     sim: Option<Mutex<super::simload::SimLoad>>,
+    /// Published service ports of running jobs, by job key; dropping one closes it.
+    ports: Mutex<BTreeMap<String, ServicePort>>,
     /// Asks the run loop for a refresh now (a lease ended).
     poke: tokio::sync::Notify,
     write: tokio::sync::Mutex<()>,
@@ -140,6 +143,7 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
             live: Mutex::default(),
             reapply: Mutex::default(),
             poke: tokio::sync::Notify::new(),
+            ports: Mutex::default(),
             #[cfg(feature = "dev")]
             sim,
             write: tokio::sync::Mutex::new(()),
@@ -161,6 +165,7 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
                 .filter_map(|e| e.network)
                 .map(|n| (n.lease.clone(), n)),
         );
+        self.reapply_policy().await;
         let loaded: BTreeSet<String> = self
             .units
             .list(job::UNIT_PATTERN)
@@ -220,6 +225,47 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
         self.scratch.check_quota(lease, more)
     }
 
+    /// Re-applies every active lease's egress allow-list from the policy in force: the policy
+    /// changes when hostd starts with a new one, and lease networks outlive hostd.
+    async fn reapply_policy(&self) {
+        let leases: Vec<String> = lock(&self.nets).keys().cloned().collect();
+        for id in leases {
+            let Ok(lease) = self.node.lease(&id) else {
+                continue;
+            };
+            if lease.state != LeaseState::Active {
+                continue;
+            }
+            let allow = self.allow_list(&lease);
+            match self.firewall.update(&id, &allow).await {
+                Ok(()) => {
+                    info!(lease = %id, cidrs = allow.cidrs.len(), policy = %allow.policy_digest, "egress allow-list re-applied")
+                }
+                Err(e) => warn!(lease = %id, error = %e, "cannot re-apply the egress allow-list"),
+            }
+        }
+    }
+
+    /// A re-adopted service gets its port back (the same node port when it is still free).
+    async fn republish(&self, s: &StoredJob) {
+        let (Some(node_port), Some(port)) = (s.job.published_port, s.published_target) else {
+            return;
+        };
+        let net = lock(&self.nets).get(&s.job.lease).cloned();
+        let Some(net) = net else {
+            warn!(job = %s.job.id, "re-adopted service has no lease network; port not published");
+            return;
+        };
+        let mut again = s.clone();
+        if self
+            .publish(&mut again, net.lease_addr, port, node_port)
+            .await
+            .is_err()
+        {
+            warn!(job = %s.job.id, node_port, "re-adopted service's port could not be published again");
+        }
+    }
+
     /// Starts (or, for a re-adopted job, keeps) the job's meter cursor.
     async fn start_metering(&self, job: &Job) -> Result<(), NodeError> {
         let cursor = JobCursor {
@@ -264,6 +310,7 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
         if let Err(e) = self.units.hold(&s.unit, true).await {
             warn!(job = %s.job.id, error = %e, "could not hold re-adopted unit");
         }
+        self.republish(s).await;
         lock(&self.live).insert(s.key());
         lock(&self.reapply).insert(s.key());
         info!(tenant = %s.job.tenant, lease = %s.job.lease, job = %s.job.id, "job re-adopted");
@@ -339,32 +386,72 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
             uid,
             devices,
             stop_requested: false,
+            published_target: None,
         };
-        self.launch(stored, &props).await
+        let mut stored = stored;
+        let job = self.launch(&mut stored, &props).await?;
+        match req.publish {
+            Some(port) => self.publish(&mut stored, net.lease_addr, port, 0).await,
+            None => Ok(job),
+        }
+    }
+
+    /// Forwards a node port to the job's `port` in the lease's namespace. A port that cannot
+    /// be had stops the job: a service nobody can reach is not what was asked for.
+    async fn publish(
+        &self,
+        stored: &mut StoredJob,
+        lease_addr: std::net::Ipv4Addr,
+        port: u16,
+        node_port: u16,
+    ) -> Result<Job, NodeError> {
+        let config = PortConfig {
+            listen: std::net::SocketAddr::new(self.cfg.publish_address, node_port),
+            target: std::net::SocketAddr::from((lease_addr, port)),
+            max_connections: self.cfg.publish_max_connections,
+            connect_timeout: Duration::from_secs(5),
+        };
+        match ServicePort::publish(&stored.job.lease, config).await {
+            Ok(p) => {
+                stored.job.published_port = Some(p.local_addr().port());
+                stored.published_target = Some(port);
+                self.tree.put(&stored.key(), &*stored)?;
+                info!(lease = %stored.job.lease, job = %stored.job.id, node_port = p.local_addr().port(), port, "service port published");
+                lock(&self.ports).insert(stored.key(), p);
+                Ok(stored.job.clone())
+            }
+            Err(e) => {
+                warn!(job = %stored.job.id, error = %e, "cannot publish the job's port; stopping it");
+                let _ = self.stop_unit(stored).await;
+                Err(NodeError::Unavailable(
+                    "the node could not publish the job's port".into(),
+                ))
+            }
+        }
     }
 
     /// Records the job, then asks systemd to start it; a refusal is recorded as `failed` and
     /// answered 503 (its detail goes to the log, not to the client).
     async fn launch(
         &self,
-        mut stored: StoredJob,
+        stored: &mut StoredJob,
         props: &[(&'static str, PropertyValue)],
     ) -> Result<Job, NodeError> {
-        self.tree.put(&stored.key(), &stored)?;
+        self.tree.put(&stored.key(), &*stored)?;
         match self.units.start(&stored.unit, props).await {
             Ok(()) => {
                 lock(&self.live).insert(stored.key());
                 // Metering starts at the first refresh, from the job's start time: a durable
                 // cursor costs an fsync, which the tenant's request need not wait for.
                 info!(tenant = %stored.job.tenant, lease = %stored.job.lease, job = %stored.job.id, "job started");
-                Ok(stored.job)
+                Ok(stored.job.clone())
             }
             Err(e) => {
                 warn!(lease = %stored.job.lease, job = %stored.job.id, error = %e, "systemd refused the job");
                 stored.job.state = JobState::Failed;
                 stored.job.result = Some("start-refused".into());
                 stored.job.ended_ms = Some(self.node.clock().now_ms());
-                self.tree.put(&stored.key(), &stored)?;
+                self.tree.put(&stored.key(), &*stored)?;
                 Err(NodeError::Unavailable(
                     "the node could not start the job; try again later".into(),
                 ))
@@ -605,6 +692,13 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
 
     async fn finish(&self, s: &StoredJob) {
         lock(&self.live).remove(&s.key());
+        let port = lock(&self.ports).remove(&s.key());
+        if let Some(p) = port {
+            let c = p.counters().clone();
+            p.stop().await;
+            use std::sync::atomic::Ordering::Relaxed;
+            info!(job = %s.job.id, to_job = c.to_job.load(Relaxed), from_job = c.from_job.load(Relaxed), "service port closed");
+        }
         if let Err(e) = self.units.hold(&s.unit, false).await {
             warn!(job = %s.job.id, error = %e, "could not let go of the ended unit");
         }

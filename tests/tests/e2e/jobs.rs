@@ -374,6 +374,8 @@ fn reloads_and_hostd_restarts_leave_running_jobs_their_gpu() {
     node.spawn();
     let v = wait_job(&node, &la, &j, |v| v["state"] == "running");
     assert!(node.log_text().contains("job re-adopted"), "{v}");
+    // The lease network outlived hostd; its allow-list is re-applied from the policy in force.
+    assert!(node.log_text().contains("egress allow-list re-applied"));
     e2e::ok(&node.sovctl("hyd-speech", &["job", "stop", "--lease", &la, &j]));
     wait_job(&node, &la, &j, |v| v["state"] == "killed");
     end_and_wait(&node, "hyd-speech", &la);
@@ -658,7 +660,61 @@ fn egress_follows_the_policy_and_scratch_is_crypto_erased_at_lease_end() {
     let out_bytes = jobs["jobs"][0]["bytes_out"].as_u64().unwrap();
     assert!(out_bytes >= sent, "job bytes_out {out_bytes}");
 
+    service_port(&node, &la);
     scratch_is_crypto_erased(&node, &la);
+}
+
+/// A job serving on a port is reached through the node port hostd publishes (on loopback in
+/// dev mode); the forward closes with the job.
+fn service_port(node: &DevNode, la: &str) {
+    use std::io::{Read, Write};
+    // perl is in every Debian (perl-base): a one-line echo server on port 8000.
+    let server = "use IO::Socket::INET; my $s = IO::Socket::INET->new(LocalPort => 8000, Listen => 5, ReuseAddr => 1) or die; while (my $c = $s->accept) { my $l = <$c>; print $c \"echo: $l\"; close $c }";
+    let j = json(&node.sovctl(
+        "hyd-speech",
+        &[
+            "--json",
+            "job",
+            "run",
+            "--detach",
+            "--publish",
+            "8000",
+            "--lease",
+            la,
+            "--",
+            "/usr/bin/perl",
+            "-e",
+            server,
+        ],
+    ));
+    let id = j["id"].as_str().unwrap().to_owned();
+    let port = j["published_port"].as_u64().expect("a published port") as u16;
+    wait_job(node, la, &id, |v| v["state"] == "running");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let answer = loop {
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let _ = c.write_all(b"hello\n");
+        let mut got = String::new();
+        let _ = c.read_to_string(&mut got);
+        if !got.is_empty() {
+            break got;
+        }
+        // The server may not listen yet: the forward then closes the connection at once.
+        assert!(Instant::now() < deadline, "the service never answered");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(answer, "echo: hello\n");
+    e2e::ok(&node.sovctl("hyd-speech", &["job", "stop", "--lease", la, &id]));
+    wait_job(node, la, &id, |v| v["state"] == "killed");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+        assert!(
+            Instant::now() < deadline,
+            "the published port is still open"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// Files in scratch are ciphertext on disk; after the lease ends the directory is gone and the
