@@ -190,11 +190,26 @@ impl Root {
                     self.give(&fd, 0o700)?;
                     fd
                 }
-                Err(e) => return Err(self.map(path, e, "opening a directory")),
+                Err(e) => return Err(self.not_a_dir(&dir, part, path, e)),
             };
             dir = next;
         }
         Ok(dir)
+    }
+
+    /// Why `part` of `dir` did not open as a directory: `O_NOFOLLOW | O_DIRECTORY` says
+    /// ENOTDIR for a symlink too, so look (without following) to tell the tenant which.
+    fn not_a_dir(&self, dir: &OwnedFd, part: &str, path: &RelPath, e: Errno) -> FileError {
+        if e == Errno::NOTDIR {
+            if let Ok(st) = fs::statat(dir, part, AtFlags::SYMLINK_NOFOLLOW) {
+                if FileType::from_raw_mode(st.st_mode) == FileType::Symlink {
+                    return FileError::Symlink {
+                        path: path.display(),
+                    };
+                }
+            }
+        }
+        self.map(path, e, "opening a directory")
     }
 
     /// Gives `fd` to the lease's uid with `mode`.
