@@ -27,13 +27,13 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
 use crate::tls::{self, TlsError};
+use crate::upload::{Activity, ReaderBody};
 use auditor::billing::Invoice;
 use auditor::record::AttestationRecord;
 use hostd_api::answer::{
     AttestationRequest, ErrorBody, EvidenceAnswer, Health, LeaseEnded, LeaseList, TenantList,
     UsageList, UsageReceipt,
 };
-use crate::upload::{Activity, ReaderBody};
 use hostd_api::file::{FileList, FileWritten};
 use hostd_api::gpu::GpuList;
 use hostd_api::job::{Job, JobList, NewJob};
@@ -706,7 +706,13 @@ impl Client {
     {
         let go = Arc::new(tokio::sync::Notify::new());
         let activity = Activity::new();
-        let body = ReaderBody::new(reader, len, go.clone(), Box::new(progress), activity.clone());
+        let body = ReaderBody::new(
+            reader,
+            len,
+            go.clone(),
+            Box::new(progress),
+            activity.clone(),
+        );
         let mut request = Request::builder()
             .method(Method::PUT)
             .uri(Self::files_path(lease, path))
@@ -723,14 +729,20 @@ impl Client {
             }
         });
         let mut sender = self.connect::<ReaderBody<R>>().await?;
-        let response = self.await_moving(sender.send_request(request), &activity).await?;
+        let response = self
+            .await_moving(sender.send_request(request), &activity)
+            .await?;
         let status = response.status().as_u16();
         let bytes = self.collect(response.into_body(), MAX_JSON_BYTES).await?;
         typed(status, decode_json(status, &bytes)?)
     }
 
     /// The answer to an upload, given up only when the body has not moved for the timeout.
-    async fn await_moving<F>(&self, send: F, activity: &Activity) -> Result<Response<Incoming>, ClientError>
+    async fn await_moving<F>(
+        &self,
+        send: F,
+        activity: &Activity,
+    ) -> Result<Response<Incoming>, ClientError>
     where
         F: std::future::Future<Output = Result<Response<Incoming>, hyper::Error>>,
     {
@@ -766,7 +778,10 @@ impl Client {
         out: &mut W,
     ) -> Result<u64, ClientError> {
         let route = Self::files_path(lease, path);
-        match self.download_as(&route, Some("application/octet-stream"), out).await {
+        match self
+            .download_as(&route, Some("application/octet-stream"), out)
+            .await
+        {
             Ok((_, n)) => Ok(n),
             Err(ClientError::Status { status, body }) => Err(api_error(status, body)),
             Err(e) => Err(e),
@@ -776,7 +791,9 @@ impl Client {
     /// `GET /v1/leases/{id}/files/{path}` of a directory (`""`: the scratch itself).
     pub async fn list_files(&self, lease: &str, path: &str) -> Result<FileList, ClientError> {
         if path.is_empty() {
-            return self.call(&format!("/v1/leases/{}/files", segment(lease))).await;
+            return self
+                .call(&format!("/v1/leases/{}/files", segment(lease)))
+                .await;
         }
         self.call(&Self::files_path(lease, path)).await
     }

@@ -107,7 +107,10 @@ impl<R: AsyncRead + Unpin> Body for ReaderBody<R> {
         if this.left == 0 {
             return Poll::Ready(None);
         }
-        let want = this.buf.len().min(usize::try_from(this.left).unwrap_or(usize::MAX));
+        let want = this
+            .buf
+            .len()
+            .min(usize::try_from(this.left).unwrap_or(usize::MAX));
         let mut rb = ReadBuf::new(&mut this.buf[..want]);
         ready!(Pin::new(&mut this.reader).poll_read(cx, &mut rb))?;
         let n = rb.filled().len();

@@ -185,7 +185,8 @@ async fn receive(
     let std_file = upload
         .take_file()
         .ok_or_else(|| ApiError::internal(&std::io::Error::other("upload without a file")))?;
-    let mut file = tokio::io::BufWriter::with_capacity(1 << 20, tokio::fs::File::from_std(std_file));
+    let mut file =
+        tokio::io::BufWriter::with_capacity(1 << 20, tokio::fs::File::from_std(std_file));
     loop {
         let frame = match tokio::time::timeout(idle, body.frame()).await {
             Err(_) => return Err(stalled(idle)),
@@ -198,12 +199,16 @@ async fn receive(
             }
             Ok(Some(Ok(frame))) => frame,
         };
-        let Ok(data) = frame.into_data() else { continue };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
         t.bytes += data.len() as u64;
         if t.bytes > limit {
             return Err(over_quota(&t.lease, t.bytes, limit));
         }
-        file.write_all(&data).await.map_err(|e| ApiError::internal(&e))?;
+        file.write_all(&data)
+            .await
+            .map_err(|e| ApiError::internal(&e))?;
     }
     file.flush().await.map_err(|e| ApiError::internal(&e))?;
     Ok(())
@@ -213,8 +218,10 @@ async fn receive(
 /// another request, so it is closed.
 fn closing(e: ApiError) -> Response {
     let mut r = e.into_response();
-    r.headers_mut()
-        .insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+    r.headers_mut().insert(
+        header::CONNECTION,
+        header::HeaderValue::from_static("close"),
+    );
     r
 }
 
@@ -273,7 +280,10 @@ async fn serve(w: &Workloads, lease: &Lease, rel: RelPath) -> ApiResult<Response
 /// The next piece of a download; after an error, the end (the client sees a short body).
 async fn next_chunk(
     (f, mut t): (Option<tokio::io::Take<tokio::fs::File>>, Transfer),
-) -> Option<(std::io::Result<Bytes>, (Option<tokio::io::Take<tokio::fs::File>>, Transfer))> {
+) -> Option<(
+    std::io::Result<Bytes>,
+    (Option<tokio::io::Take<tokio::fs::File>>, Transfer),
+)> {
     let mut f = f?;
     let mut buf = vec![0u8; CHUNK];
     match f.read(&mut buf).await {

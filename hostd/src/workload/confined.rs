@@ -229,13 +229,16 @@ impl Root {
         let dir = self.make_dirs(path, parents)?;
         self.refuse_link_or_dir(&dir, path, name)?;
         let temp = temp_name();
-        let flags = OFlags::WRONLY
-            | OFlags::CREATE
-            | OFlags::EXCL
-            | OFlags::NOFOLLOW
-            | OFlags::CLOEXEC;
-        let fd = fs::openat2(&dir, temp.as_str(), flags, Mode::from_raw_mode(0o600), beneath())
-            .map_err(|e| self.map(path, e, "creating a file"))?;
+        let flags =
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = fs::openat2(
+            &dir,
+            temp.as_str(),
+            flags,
+            Mode::from_raw_mode(0o600),
+            beneath(),
+        )
+        .map_err(|e| self.map(path, e, "creating a file"))?;
         let upload = Upload {
             dir,
             temp,
@@ -243,7 +246,11 @@ impl Root {
             file: Some(std::fs::File::from(fd)),
             committed: false,
         };
-        upload.file.as_ref().map(|f| self.give_file(f)).transpose()?;
+        upload
+            .file
+            .as_ref()
+            .map(|f| self.give_file(f))
+            .transpose()?;
         Ok(upload)
     }
 
@@ -253,7 +260,12 @@ impl Root {
 
     /// A symlink or directory at the final name is refused up front, so the tenant hears
     /// why. (Safety does not depend on it: the rename replaces a link, never follows it.)
-    fn refuse_link_or_dir(&self, dir: &OwnedFd, path: &RelPath, name: &str) -> Result<(), FileError> {
+    fn refuse_link_or_dir(
+        &self,
+        dir: &OwnedFd,
+        path: &RelPath,
+        name: &str,
+    ) -> Result<(), FileError> {
         match fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) {
             Err(Errno::NOENT) => Ok(()),
             Err(e) => Err(self.map(path, e, "checking a file")),
@@ -388,7 +400,16 @@ mod tests {
 
     #[test]
     fn bad_paths_are_refused_before_the_disk() {
-        for p in ["", "/etc/passwd", "..", "a/../../b", "a/..", "a\0b", "./", "//"] {
+        for p in [
+            "",
+            "/etc/passwd",
+            "..",
+            "a/../../b",
+            "a/..",
+            "a\0b",
+            "./",
+            "//",
+        ] {
             assert!(
                 matches!(RelPath::parse(p), Err(FileError::BadPath { .. })),
                 "{p:?}"
@@ -410,7 +431,10 @@ mod tests {
         // Overwrite in place; no temporary left beside it.
         put(&r, "data/sets/x.bin", b"again").unwrap();
         assert_eq!(names(&t.path().join("data/sets")), ["x.bin"]);
-        match r.open_read(&RelPath::parse("data/sets/x.bin").unwrap()).unwrap() {
+        match r
+            .open_read(&RelPath::parse("data/sets/x.bin").unwrap())
+            .unwrap()
+        {
             Opened::File(mut f, 5) => {
                 let mut s = String::new();
                 f.read_to_string(&mut s).unwrap();
@@ -435,7 +459,9 @@ mod tests {
         assert!(matches!(e, FileError::Symlink { .. }), "{e:?}");
         assert!(names(outside.path()).is_empty());
         std::fs::write(outside.path().join("secret"), "s").unwrap();
-        let e = r.open_read(&RelPath::parse("x/secret").unwrap()).unwrap_err();
+        let e = r
+            .open_read(&RelPath::parse("x/secret").unwrap())
+            .unwrap_err();
         assert!(matches!(e, FileError::Symlink { .. }), "{e:?}");
     }
 
