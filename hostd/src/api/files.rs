@@ -294,6 +294,8 @@ async fn next_chunk(
         Ok(n) => {
             buf.truncate(n);
             t.bytes += n as u64;
+            // hyper stops polling once Content-Length bytes are out: the end is seen here.
+            t.complete = f.limit() == 0;
             Some((Ok(Bytes::from(buf)), (Some(f), t)))
         }
         Err(e) => Some((Err(e), (None, t))),
@@ -314,4 +316,81 @@ fn listing(entries: Vec<(String, Kind, u64)>) -> FileList {
         })
         .collect();
     FileList { entries }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::confined::{RelPath, Root};
+    use std::os::unix::fs::MetadataExt;
+
+    fn transfer() -> Transfer {
+        Transfer {
+            tenant: "t".into(),
+            lease: "l".into(),
+            path: "f".into(),
+            direction: "in",
+            bytes: 0,
+            complete: false,
+        }
+    }
+
+    fn upload(dir: &std::path::Path) -> Upload {
+        let uid = std::fs::metadata(dir).unwrap().uid();
+        let root = Root::open(dir, uid).unwrap();
+        root.create(&RelPath::parse("f").unwrap()).unwrap()
+    }
+
+    fn chunks(n: usize, size: usize) -> Body {
+        let pieces = (0..n).map(move |_| Ok::<_, std::io::Error>(Bytes::from(vec![1u8; size])));
+        Body::from_stream(futures_util::stream::iter(pieces))
+    }
+
+    /// A body that passes the limit is cut mid-stream with 507 and leaves no file.
+    #[tokio::test]
+    async fn an_upload_past_the_limit_is_cut_and_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut up = upload(dir.path());
+        let mut t = transfer();
+        let idle = Duration::from_secs(5);
+        let e = receive(&mut up, chunks(10, 1000), 4500, idle, &mut t)
+            .await
+            .unwrap_err();
+        assert_eq!(e.into_response().status(), StatusCode::INSUFFICIENT_STORAGE);
+        drop(up);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+
+        let mut up = upload(dir.path());
+        let mut t = transfer();
+        receive(&mut up, chunks(4, 1000), 4000, idle, &mut t)
+            .await
+            .unwrap();
+        assert_eq!(t.bytes, 4000);
+        up.commit().unwrap();
+        assert_eq!(std::fs::metadata(dir.path().join("f")).unwrap().len(), 4000);
+    }
+
+    /// A body that stops sending is cut after the idle time (408), leaving no file.
+    #[tokio::test]
+    async fn a_stalled_upload_is_cut_after_the_idle_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut up = upload(dir.path());
+        let first = futures_util::stream::iter([Ok::<_, std::io::Error>(Bytes::from_static(b"x"))]);
+        let stalled = futures_util::StreamExt::chain(first, futures_util::stream::pending());
+        let idle = Duration::from_millis(100);
+        let started = std::time::Instant::now();
+        let e = receive(
+            &mut up,
+            Body::from_stream(stalled),
+            1 << 20,
+            idle,
+            &mut transfer(),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(e.into_response().status(), StatusCode::REQUEST_TIMEOUT);
+        assert!(started.elapsed() < Duration::from_secs(5));
+        drop(up);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
 }
