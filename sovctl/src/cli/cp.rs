@@ -4,8 +4,12 @@
 //! `sovctl cp data.tar lease-1a2b:datasets/data.tar` uploads, `sovctl cp lease-1a2b:model.pt
 //! ./model.pt` downloads. A local path containing `:` is written `./a:b`: anything starting
 //! with `/` or `.` is local. A remote path ending in `/` (or empty) takes the local file's
-//! name, and so does a local destination that is a directory. Files only: a local directory
-//! as SRC is refused (tar it first), and so is a remote one.
+//! name, and so does a local destination that is a directory. A local directory as SRC is
+//! refused unless `-r` is given: then its regular files are uploaded under the remote path
+//! (`cp -r runs lease-1a2b:` puts `runs/a/x` at `runs/a/x`; `cp -r runs lease-1a2b:in`
+//! at `in/a/x`), sorted, one request each; links and special files in it are refused before
+//! anything is sent, and empty directories are not made. Downloads are of one file: a
+//! remote directory is refused (`GET` on it lists it).
 //!
 //! Both directions stream: the file is never held in memory. A download is written beside
 //! its destination and renamed over it when complete, so a failed one leaves nothing. A
@@ -16,6 +20,7 @@
 use super::{print_json, CmdResult, Exit, Fail};
 use crate::client::Client;
 use clap::Args;
+use hostd_api::file::FileWritten;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -32,6 +37,9 @@ pub struct CpArgs {
     /// No progress bar even on a terminal.
     #[arg(long, short)]
     quiet: bool,
+    /// Copy a local directory's files (uploads only), keeping their relative paths.
+    #[arg(long, short)]
+    recursive: bool,
 }
 
 /// One side of a copy.
@@ -67,7 +75,7 @@ pub async fn cp(c: Client, args: CpArgs, json_out: bool) -> CmdResult {
     let bar = progress_bar(args.quiet);
     match (parse_end(&args.src), parse_end(&args.dst)) {
         (End::Local(src), End::Lease { lease, path }) => {
-            upload(&c, &src, &lease, &path, bar, json_out).await
+            upload(&c, &src, (&lease, &path), bar, args.recursive, json_out).await
         }
         (End::Lease { lease, path }, End::Local(dst)) => {
             download(&c, &lease, &path, &dst, bar).await
@@ -97,38 +105,100 @@ fn remote_target(path: &str, src: &Path) -> Result<String, Fail> {
 async fn upload(
     c: &Client,
     src: &Path,
-    lease: &str,
-    path: &str,
+    to: (&str, &str),
     bar: ProgressBar,
+    recursive: bool,
     json_out: bool,
 ) -> CmdResult {
+    let (lease, path) = to;
+    let meta = std::fs::metadata(src)
+        .map_err(|e| Fail::usage(format!("cannot read {}: {e}", src.display())))?;
+    let target = remote_target(path, src)?;
+    let files = match (meta.is_dir(), recursive) {
+        (false, _) => vec![(src.to_owned(), target, meta.len())],
+        (true, true) => walk(src, &target)?,
+        (true, false) => {
+            return Err(Fail::usage(format!(
+                "{} is a directory: copy it with -r (its files; links are refused)",
+                src.display()
+            )))
+        }
+    };
+    bar.set_length(files.iter().map(|f| f.2).sum());
+    let mut written = Vec::with_capacity(files.len());
+    for (local, remote, _) in files {
+        let w = upload_one(c, &local, lease, &remote, &bar).await;
+        if w.is_err() {
+            bar.finish_and_clear();
+        }
+        let w = w?;
+        if !json_out {
+            bar.suspend(|| println!("{lease}:{} ({} bytes)", w.path, w.bytes));
+        }
+        written.push(w);
+    }
+    bar.finish_and_clear();
+    match (json_out, recursive) {
+        (true, false) => print_json(&written[0])?,
+        (true, true) => print_json(&written)?,
+        _ => {}
+    }
+    Ok(Exit::Ok)
+}
+
+/// One file up, the bar moving on from where the files before it left it.
+async fn upload_one(
+    c: &Client,
+    src: &Path,
+    lease: &str,
+    remote: &str,
+    bar: &ProgressBar,
+) -> Result<FileWritten, Fail> {
     let file = tokio::fs::File::open(src)
         .await
         .map_err(|e| Fail::usage(format!("cannot open {}: {e}", src.display())))?;
-    let meta = file
+    let len = file
         .metadata()
         .await
-        .map_err(|e| Fail::usage(format!("cannot read {}: {e}", src.display())))?;
-    if meta.is_dir() {
-        return Err(Fail::usage(format!(
-            "{} is a directory: sovctl cp copies files (tar the directory and copy that)",
-            src.display()
-        )));
+        .map_err(|e| Fail::usage(format!("cannot read {}: {e}", src.display())))?
+        .len();
+    let (b, base) = (bar.clone(), bar.position());
+    Ok(
+        c.upload(lease, remote, file, len, move |n| b.set_position(base + n))
+            .await?,
+    )
+}
+
+/// The regular files under `dir` as (local path, remote path under `target`, bytes), sorted.
+/// Links and special files are refused rather than followed or silently left out.
+fn walk(dir: &Path, target: &str) -> Result<Vec<(PathBuf, String, u64)>, Fail> {
+    let mut out = Vec::new();
+    let mut todo = vec![(dir.to_owned(), target.trim_end_matches('/').to_owned())];
+    while let Some((local, remote)) = todo.pop() {
+        let read = |e| Fail::usage(format!("cannot read {}: {e}", local.display()));
+        for entry in std::fs::read_dir(&local).map_err(read)? {
+            let entry = entry.map_err(read)?;
+            let path = entry.path();
+            let name = entry
+                .file_name()
+                .into_string()
+                .map_err(|_| Fail::usage(format!("{} is not a UTF-8 name", path.display())))?;
+            let meta = std::fs::symlink_metadata(&path).map_err(read)?;
+            let remote = format!("{remote}/{name}");
+            if meta.is_dir() {
+                todo.push((path, remote));
+            } else if meta.is_file() {
+                out.push((path, remote, meta.len()));
+            } else {
+                return Err(Fail::usage(format!(
+                    "{} is a link or special file: not copied (copy its target by name)",
+                    path.display()
+                )));
+            }
+        }
     }
-    let target = remote_target(path, src)?;
-    bar.set_length(meta.len());
-    let b = bar.clone();
-    let written = c
-        .upload(lease, &target, file, meta.len(), move |n| b.set_position(n))
-        .await;
-    bar.finish_and_clear();
-    let written = written?;
-    if json_out {
-        print_json(&written)?;
-    } else {
-        println!("{lease}:{} ({} bytes)", written.path, written.bytes);
-    }
-    Ok(Exit::Ok)
+    out.sort_by(|a, b| a.1.cmp(&b.1));
+    Ok(out)
 }
 
 async fn download(c: &Client, lease: &str, path: &str, dst: &Path, bar: ProgressBar) -> CmdResult {

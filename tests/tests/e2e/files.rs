@@ -118,6 +118,7 @@ fn cp_round_trips_through_a_job_and_refuses_strangers() {
     let leftovers: Vec<_> = std::fs::read_dir(local.path()).unwrap().collect();
     assert_eq!(leftovers.len(), 3, "no partial downloads: {leftovers:?}");
 
+    recursive(&node, &la, local.path());
     strangers(&node, &la, &src);
     bad_paths(&node, &la);
     end_and_wait(&node, "hyd-speech", &la);
@@ -129,6 +130,33 @@ fn cp_round_trips_through_a_job_and_refuses_strangers() {
         "has ended",
     );
     end_and_wait(&node, "eu-bio", &lb);
+}
+
+/// `cp -r` uploads a tree's files under their relative paths; a link in it stops it first.
+fn recursive(node: &DevNode, la: &str, local: &Path) {
+    let tree = local.join("tree");
+    std::fs::create_dir_all(tree.join("sub/deeper")).unwrap();
+    std::fs::write(tree.join("a.txt"), "alpha\n").unwrap();
+    std::fs::write(tree.join("sub/deeper/b.txt"), "beta\n").unwrap();
+    let out = e2e::ok(&node.sovctl(
+        "hyd-speech",
+        &["cp", "-r", tree.to_str().unwrap(), &format!("{la}:")],
+    ));
+    assert_eq!(out.lines().count(), 2, "{out}");
+    let (code, got) = run(
+        node,
+        "hyd-speech",
+        la,
+        "cat tree/a.txt tree/sub/deeper/b.txt",
+    );
+    assert_eq!((code, got.as_str()), (0, "alpha\nbeta\n"));
+    std::os::unix::fs::symlink("/etc/passwd", tree.join("link")).unwrap();
+    let out = node.sovctl(
+        "hyd-speech",
+        &["cp", "-r", tree.to_str().unwrap(), &format!("{la}:t2")],
+    );
+    refused(&out, 2, "link or special file");
+    std::fs::remove_dir_all(&tree).unwrap();
 }
 
 /// Another tenant sees no such lease; the auditor may not read tenant data at all.
@@ -155,7 +183,7 @@ fn strangers(node: &DevNode, la: &str, src: &Path) {
         let op = node.client("operator").await.unwrap();
         let list = op.list_files(la, "").await.unwrap();
         let names: Vec<&str> = list.entries.iter().map(|e| e.name.as_str()).collect();
-        assert_eq!(names, ["datasets", "result.bin"], "{list:?}");
+        assert_eq!(names, ["datasets", "result.bin", "tree"], "{list:?}");
     });
 }
 
