@@ -14,6 +14,9 @@
 //! (a `Content-Length` over it is refused with 507 before a byte is read; a body without one
 //! is cut at the quota), and its deadline is per piece: a client that sends nothing for
 //! `[api] body_deadline_secs` is cut off with 408, however long the whole upload takes.
+//! The remaining quota is read once, when the upload starts: a file being replaced still
+//! counts until the rename, and bytes a job or another upload writes meanwhile are not
+//! seen (the kernel enforces no quota on scratch; the next upload sees them).
 
 use super::leases::visible_lease;
 use super::*;
@@ -206,12 +209,21 @@ async fn receive(
         if t.bytes > limit {
             return Err(over_quota(&t.lease, t.bytes, limit));
         }
-        file.write_all(&data)
-            .await
-            .map_err(|e| ApiError::internal(&e))?;
+        file.write_all(&data).await.map_err(write_error)?;
     }
-    file.flush().await.map_err(|e| ApiError::internal(&e))?;
+    file.flush().await.map_err(write_error)?;
     Ok(())
+}
+
+/// A full volume is the tenant's to hear about (507), unlike other write failures.
+fn write_error(e: std::io::Error) -> ApiError {
+    match e.kind() {
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => ApiError::new(
+            StatusCode::INSUFFICIENT_STORAGE,
+            "the node's scratch volume is full",
+        ),
+        _ => ApiError::internal(&e),
+    }
 }
 
 /// A refusal of an upload whose body was not read to its end: the connection cannot carry
