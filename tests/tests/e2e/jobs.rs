@@ -441,7 +441,7 @@ fn start_bystander(bus: &str, gpu: u64) {
     assert!(out.status.success(), "{out:?}");
 }
 
-pub(crate) fn node_scratch(node: &DevNode, lease: &str) -> PathBuf {
+fn node_scratch(node: &DevNode, lease: &str) -> PathBuf {
     node.dir.join("work/scratch-volume/mnt").join(lease)
 }
 
