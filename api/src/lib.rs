@@ -5,6 +5,7 @@
 //! client that links it links nothing of the daemon (no database, no HTTP server, no NVML).
 //!
 //! - [`tenant`], [`lease`], [`gpu`], [`job`]: the resources, and the bodies that create them;
+//! - [`file`]: files in a lease's scratch (upload answers, directory listings);
 //! - [`answer`]: the other answers (health, lists, receipts, evidence) and the error body;
 //! - [`query`]: the query strings of the `GET` routes, built by one URL-encoding helper;
 //! - [`profile`]: a client profile (`profile.toml`): where a node is and which certificate
@@ -13,6 +14,7 @@
 #![warn(missing_docs)]
 
 pub mod answer;
+pub mod file;
 pub mod gpu;
 pub mod job;
 pub mod lease;

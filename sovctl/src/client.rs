@@ -13,6 +13,7 @@
 
 use std::error::Error as StdError;
 use std::io;
+use std::sync::Arc;
 use std::time::Duration;
 
 use http_body_util::{BodyExt, Full};
@@ -26,12 +27,14 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
 use crate::tls::{self, TlsError};
+use crate::upload::{Activity, ReaderBody};
 use auditor::billing::Invoice;
 use auditor::record::AttestationRecord;
 use hostd_api::answer::{
     AttestationRequest, ErrorBody, EvidenceAnswer, Health, LeaseEnded, LeaseList, TenantList,
     UsageList, UsageReceipt,
 };
+use hostd_api::file::{FileList, FileWritten};
 use hostd_api::gpu::GpuList;
 use hostd_api::job::{Job, JobList, NewJob};
 use hostd_api::lease::{Lease, NewLease};
@@ -112,6 +115,10 @@ pub enum ClientError {
     NotText,
     #[error("writing the response: {0}")]
     Write(#[source] io::Error),
+    #[error("the node answered (HTTP {status}) with {}, not a file", got.as_deref().unwrap_or("no content type"))]
+    ContentType { status: u16, got: Option<String> },
+    #[error("reading the file to send: {0}")]
+    Read(#[source] io::Error),
 }
 
 /// An API client bound to one server and one client identity. Cheap to share behind `&`;
@@ -220,8 +227,26 @@ impl Client {
         path: &str,
         out: &mut W,
     ) -> Result<(u16, u64), ClientError> {
+        self.download_as(path, None, out).await
+    }
+
+    /// [`Client::download`], refusing (before writing anything) a 2xx answer whose content
+    /// type is not `content_type`.
+    async fn download_as<W: AsyncWrite + Unpin>(
+        &self,
+        path: &str,
+        content_type: Option<&str>,
+        out: &mut W,
+    ) -> Result<(u16, u64), ClientError> {
         let response = self.send(Method::GET, path, None).await?;
         let status = response.status().as_u16();
+        let got = response.headers().get(hyper::header::CONTENT_TYPE).cloned();
+        if let Some(want) = content_type.filter(|_| (200..300).contains(&status)) {
+            if got.as_ref().and_then(|v| v.to_str().ok()) != Some(want) {
+                let got = got.and_then(|v| v.to_str().ok().map(str::to_owned));
+                return Err(ClientError::ContentType { status, got });
+            }
+        }
         let mut body = response.into_body();
         if !(200..300).contains(&status) {
             let bytes = self.collect(body, MAX_JSON_BYTES).await?;
@@ -325,7 +350,12 @@ impl Client {
         })
     }
 
-    async fn connect(&self) -> Result<SendRequest<Full<Bytes>>, ClientError> {
+    async fn connect<B>(&self) -> Result<SendRequest<B>, ClientError>
+    where
+        B: hyper::body::Body + Send + 'static,
+        B::Data: Send,
+        B::Error: Into<Box<dyn StdError + Send + Sync>>,
+    {
         let server = || self.server.clone();
         let addr = (self.url.host.as_str(), self.url.port);
         let tcp = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
@@ -646,6 +676,126 @@ impl Client {
     ) -> Result<u64, ClientError> {
         let (_, n) = self.download(&q.path(lease, job), out).await?;
         Ok(n)
+    }
+}
+
+/// Files in a lease's scratch (`/v1/leases/{id}/files/{path}`).
+impl Client {
+    /// The route of `path` (relative to the scratch), each component percent-encoded so that
+    /// the node sees exactly the components given (it refuses `..` and absolute paths).
+    pub fn files_path(lease: &str, path: &str) -> String {
+        let parts: Vec<String> = path.split('/').map(segment).collect();
+        format!("/v1/leases/{}/files/{}", segment(lease), parts.join("/"))
+    }
+
+    /// `PUT /v1/leases/{id}/files/{path}`: streams `len` bytes of `reader` (in pieces, on a
+    /// connection of its own) and answers what the node stored. `progress` hears the bytes
+    /// sent so far. Waits for the node's `100 Continue` first (see [`crate::upload`]), so an
+    /// upload refused up front sends nothing. Times out only when nothing moved for the
+    /// client's timeout, however long the whole upload takes.
+    pub async fn upload<R>(
+        &self,
+        lease: &str,
+        path: &str,
+        reader: R,
+        len: u64,
+        progress: impl FnMut(u64) + Send + 'static,
+    ) -> Result<FileWritten, ClientError>
+    where
+        R: tokio::io::AsyncRead + Unpin + Send + 'static,
+    {
+        let go = Arc::new(tokio::sync::Notify::new());
+        let activity = Activity::new();
+        let body = ReaderBody::new(
+            reader,
+            len,
+            go.clone(),
+            Box::new(progress),
+            activity.clone(),
+        );
+        let mut request = Request::builder()
+            .method(Method::PUT)
+            .uri(Self::files_path(lease, path))
+            .header(hyper::header::HOST, &self.url.authority)
+            .header(hyper::header::ACCEPT, "application/json")
+            .header(hyper::header::CONTENT_TYPE, "application/octet-stream")
+            .header(hyper::header::CONTENT_LENGTH, len)
+            .header(hyper::header::EXPECT, "100-continue")
+            .body(body)
+            .map_err(|_| ClientError::BadPath(path.to_owned()))?;
+        hyper::ext::on_informational(&mut request, move |r| {
+            if r.status() == hyper::StatusCode::CONTINUE {
+                go.notify_one();
+            }
+        });
+        let mut sender = self.connect::<ReaderBody<R>>().await?;
+        let response = self
+            .await_moving(sender.send_request(request), &activity)
+            .await?;
+        let status = response.status().as_u16();
+        let bytes = self.collect(response.into_body(), MAX_JSON_BYTES).await?;
+        typed(status, decode_json(status, &bytes)?)
+    }
+
+    /// The answer to an upload, given up only when the body has not moved for the timeout.
+    async fn await_moving<F>(
+        &self,
+        send: F,
+        activity: &Activity,
+    ) -> Result<Response<Incoming>, ClientError>
+    where
+        F: std::future::Future<Output = Result<Response<Incoming>, hyper::Error>>,
+    {
+        tokio::pin!(send);
+        loop {
+            match tokio::time::timeout(self.timeout, &mut send).await {
+                Ok(Ok(response)) => return Ok(response),
+                Ok(Err(e)) => return Err(self.upload_failed(e)),
+                Err(_) if activity.idle() >= self.timeout => return Err(self.timed_out()),
+                Err(_) => {}
+            }
+        }
+    }
+
+    /// A failed upload: the reader's own error when that is what stopped it.
+    fn upload_failed(&self, e: hyper::Error) -> ClientError {
+        let mut source = StdError::source(&e);
+        while let Some(s) = source {
+            if let Some(io) = s.downcast_ref::<io::Error>() {
+                return ClientError::Read(io::Error::new(io.kind(), io.to_string()));
+            }
+            source = s.source();
+        }
+        self.classify(e)
+    }
+
+    /// `GET /v1/leases/{id}/files/{path}` of a file, streamed into `out`; returns the bytes
+    /// written. A directory is refused (see [`Client::list_files`]) before anything is written.
+    pub async fn download_file<W: AsyncWrite + Unpin>(
+        &self,
+        lease: &str,
+        path: &str,
+        out: &mut W,
+    ) -> Result<u64, ClientError> {
+        let route = Self::files_path(lease, path);
+        match self
+            .download_as(&route, Some("application/octet-stream"), out)
+            .await
+        {
+            Ok((_, n)) => Ok(n),
+            Err(ClientError::Status { status, body }) => Err(api_error(status, body)),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `GET /v1/leases/{id}/files/{path}` of a directory (`""`: the scratch itself).
+    pub async fn list_files(&self, lease: &str, path: &str) -> Result<FileList, ClientError> {
+        if path.is_empty() {
+            return self
+                .call(&format!("/v1/leases/{}/files", segment(lease)))
+                .await;
+        }
+        self.call(&Self::files_path(lease, path)).await
     }
 }
 

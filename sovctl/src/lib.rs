@@ -5,9 +5,10 @@
 //! daemon: no database, no HTTP server, no NVML.
 //!
 //! - [`client`]: the mTLS API client, typed end to end;
-//! - [`tls`]: its TLS configuration;
+//! - [`tls`]: its TLS configuration; `upload`: an upload's streamed request body;
 //! - [`cli`]: the subcommands, with one failure idiom and exit-code convention.
 
 pub mod cli;
 pub mod client;
 pub mod tls;
+mod upload;

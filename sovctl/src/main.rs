@@ -36,6 +36,9 @@ enum Cmd {
     /// Jobs on a lease: run, list, show, logs, stop
     #[command(subcommand)]
     Job(cli::job::JobCmd),
+    /// Copy a file into or out of a lease's scratch: `cp data.tar LEASE:data.tar`,
+    /// `cp LEASE:model.pt ./model.pt`.
+    Cp(cli::cp::CpArgs),
     /// Usage records and their receipts.
     #[command(subcommand)]
     Usage(node::UsageCmd),
@@ -82,6 +85,7 @@ fn main() -> ExitCode {
         Cmd::Gpus => cli::finish(node::online(profile, |c| node::gpus(c, j))),
         Cmd::Lease(l) => cli::finish(node::online(profile, |c| node::lease(c, l, j))),
         Cmd::Job(cmd) => cli::finish(node::online(profile, |c| cli::job::job(c, cmd, j))),
+        Cmd::Cp(args) => cli::finish(node::online(profile, |c| cli::cp::cp(c, args, j))),
         Cmd::Usage(u) => cli::finish(node::online(profile, |c| node::usage(c, u, j))),
         Cmd::Bill(b) => cli::finish(node::online(profile, |c| node::bill(c, b, j))),
     }

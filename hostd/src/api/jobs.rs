@@ -21,7 +21,7 @@ pub enum Workloads {
 }
 
 impl Workloads {
-    fn jobs(&self) -> ApiResult<&Arc<NodeJobs>> {
+    pub(super) fn jobs(&self) -> ApiResult<&Arc<NodeJobs>> {
         match self {
             Workloads::On(j) => Ok(j),
             Workloads::Off(why) => Err(ApiError::new(

@@ -7,7 +7,7 @@
 //! never write.
 //!
 //! Thin handlers over [`Node`]: one file per resource (`node` health and metrics, `tenants`,
-//! `gpus`, `leases`, `usage` and bills, `audit`, `attestation`), the access rules in
+//! `gpus`, `leases`, `jobs`, `files`, `usage` and bills, `audit`, `attestation`), the access rules in
 //! `access`, and the one error shape in `error`. Bodies and query strings are the
 //! `hostd-api` types the clients use.
 
@@ -24,7 +24,7 @@ use axum::extract::rejection::JsonRejection;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::{Extension, Json, Router};
 use error::ApiResult;
 use hostd_api::answer::ErrorBody;
@@ -35,6 +35,7 @@ mod access;
 mod attestation;
 mod audit;
 mod error;
+mod files;
 mod gpus;
 mod jobs;
 mod json_errors;
@@ -56,6 +57,13 @@ async fn blocking<T: Send + 'static>(
         .await
         .map_err(|e| ApiError::internal(&e))?
         .map_err(ApiError::from)
+}
+
+/// `PUT /v1/leases/{id}/files/{*path}`, without the small JSON body limit.
+fn uploads() -> Router<Arc<Node>> {
+    Router::new()
+        .route("/v1/leases/{id}/files/{*path}", put(files::put_file))
+        .layer(DefaultBodyLimit::disable())
 }
 
 /// The API's routes over `node`, on a node that runs no jobs.
@@ -96,6 +104,8 @@ pub fn router_with(node: Arc<Node>, workloads: Workloads) -> Router {
         .route("/v1/leases/{id}/jobs/{job}", get(jobs::get_job))
         .route("/v1/leases/{id}/jobs/{job}/stop", post(jobs::stop_job))
         .route("/v1/leases/{id}/jobs/{job}/logs", get(jobs::job_logs))
+        .route("/v1/leases/{id}/files", get(files::list_root))
+        .route("/v1/leases/{id}/files/{*path}", get(files::get_file))
         .route("/v1/usage", get(usage::list_usage))
         .route("/v1/usage/{id}", get(usage::get_usage))
         .route("/v1/usage/{id}/receipt", get(usage::get_receipt))
@@ -119,6 +129,9 @@ pub fn router_with(node: Arc<Node>, workloads: Workloads) -> Router {
             body,
             crate::limits::enforce,
         ))
+        // Uploads stream up to the lease's quota with a per-piece deadline of their own
+        // (see `files`): merged after the body limits, so that those never see them.
+        .merge(uploads())
         .layer(axum::middleware::from_fn_with_state(
             ledger_reads::LedgerReads::new(ledger_reads::MAX_CONCURRENT),
             ledger_reads::limit,

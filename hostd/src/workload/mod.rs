@@ -7,7 +7,8 @@
 //! ([`runner`]) over one job's pure logic ([`job`]). The device nodes a lease may open
 //! ([`devices`], the UVM major read from `/proc/devices`); a uid per lease ([`uids`]),
 //! published as a user record ([`accounts`]); per-lease scratch directories encrypted under a
-//! key only the kernel holds, crypto-erased at lease end ([`scratch`]); a network namespace
+//! key only the kernel holds, crypto-erased at lease end ([`scratch`]), into and out of which files are copied without
+//! ever following a link a job planted ([`confined`]); a network namespace
 //! per lease whose only way out is an nftables filter built from the lease's egress
 //! allow-list, with byte counters ([`egress`]), because systemd's IP rules cannot allow a
 //! job's own loopback without the host's; and published service ports, forwarded in userspace
@@ -18,6 +19,7 @@
 //! many jobs it meters every second.
 
 pub mod accounts;
+pub mod confined;
 pub mod container;
 pub mod devices;
 pub mod egress;

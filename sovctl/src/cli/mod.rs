@@ -15,6 +15,7 @@
 
 pub mod attest;
 pub mod audit;
+pub mod cp;
 pub mod job;
 pub mod node;
 pub mod policy;

@@ -18,11 +18,11 @@ use std::time::{Duration, Instant};
 /// nftables table, and two dev nodes on one machine would hand out the same addresses.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+pub(crate) fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn jobs_node() -> DevNode {
+pub(crate) fn jobs_node() -> DevNode {
     assert!(
         Path::new("/usr/bin/systemd-nspawn").exists(),
         "systemd-nspawn is needed (apt-get install systemd-container)"
@@ -38,7 +38,7 @@ fn jobs_node() -> DevNode {
     node
 }
 
-fn lease(node: &DevNode, tenant: &str) -> (String, u64) {
+pub(crate) fn lease(node: &DevNode, tenant: &str) -> (String, u64) {
     let l = json(&node.sovctl(
         tenant,
         &[
@@ -62,7 +62,7 @@ fn lease(node: &DevNode, tenant: &str) -> (String, u64) {
 }
 
 /// `sovctl job run` to completion: (exit code, stdout).
-fn run(node: &DevNode, tenant: &str, lease: &str, script: &str) -> (i32, String) {
+pub(crate) fn run(node: &DevNode, tenant: &str, lease: &str, script: &str) -> (i32, String) {
     let out = node.sovctl(
         tenant,
         &[
@@ -153,7 +153,7 @@ fn jobs_run_confined_to_their_lease_under_real_systemd() {
     wait_network_gone(&node, &la);
 }
 
-fn end_and_wait(node: &DevNode, tenant: &str, lease: &str) {
+pub(crate) fn end_and_wait(node: &DevNode, tenant: &str, lease: &str) {
     e2e::ok(&node.sovctl(tenant, &["lease", "end", lease]));
     wait_network_gone(node, lease);
 }

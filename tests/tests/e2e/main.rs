@@ -9,6 +9,7 @@ mod crash;
 mod devmode;
 mod disk;
 mod faults;
+mod files;
 mod jobs;
 mod story;
 mod usage_pages;
