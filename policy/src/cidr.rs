@@ -128,6 +128,15 @@ impl Cidr {
         self.prefix
     }
 
+    /// The network address (host bits are always zero).
+    pub fn network(&self) -> IpAddr {
+        if self.v6 {
+            IpAddr::V6(std::net::Ipv6Addr::from(self.bits))
+        } else {
+            IpAddr::V4(std::net::Ipv4Addr::from(self.bits as u32))
+        }
+    }
+
     /// Whether `ip` lies inside this prefix (an IPv4 address never matches an IPv6 prefix;
     /// IPv4-mapped IPv6 addresses are matched as IPv4 by [`Cidr::contains`] callers via
     /// [`canonical_ip`]).

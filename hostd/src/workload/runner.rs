@@ -362,6 +362,7 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
         let log = self.log_file(&lease.id, &id)?;
         props.extend(watch_properties(&log));
         props.extend(network_properties(&net, &resolv));
+        props.extend(ip_rules(&self.allow_list(lease), &net));
         let stored = StoredJob {
             job: Job {
                 id: id.clone(),
@@ -963,6 +964,35 @@ fn network_properties(net: &LeaseNetwork, resolv: &Path) -> Vec<(&'static str, P
     ]
 }
 
+/// systemd's IP rules, the second layer behind the namespace's nftables filter: everything
+/// denied but the allow-list, the namespace's own loopback (private to the lease, so allowing
+/// it opens nothing of the host's) and the host side of the lease's veth (published ports
+/// are forwarded from there; the nftables input chain still keeps the job off the host).
+fn ip_rules(
+    allow: &policy::EgressAllowList,
+    net: &LeaseNetwork,
+) -> Vec<(&'static str, PropertyValue)> {
+    let prefix = |ip: std::net::IpAddr, len: u8| match ip {
+        std::net::IpAddr::V4(a) => (2, a.octets().to_vec(), u32::from(len)),
+        std::net::IpAddr::V6(a) => (10, a.octets().to_vec(), u32::from(len)),
+    };
+    let mut allowed: Vec<(i32, Vec<u8>, u32)> = allow
+        .cidrs
+        .iter()
+        .map(|c| prefix(c.network(), c.prefix_len()))
+        .collect();
+    allowed.push(prefix(std::net::Ipv4Addr::new(127, 0, 0, 0).into(), 8));
+    allowed.push(prefix(std::net::Ipv6Addr::LOCALHOST.into(), 128));
+    allowed.push(prefix(net.host_addr.into(), 32));
+    vec![
+        ("IPAddressAllow", PropertyValue::Prefixes(allowed)),
+        (
+            "IPAddressDeny",
+            PropertyValue::Prefixes(vec![(2, vec![0; 4], 0), (10, vec![0; 16], 0)]),
+        ),
+    ]
+}
+
 fn device_allow(props: &[(&'static str, PropertyValue)]) -> Vec<(String, String)> {
     props
         .iter()
@@ -992,4 +1022,53 @@ fn new_job_id() -> Result<String, NodeError> {
         .try_fill_bytes(&mut b)
         .map_err(|e| internal("drawing a job id", e))?;
     Ok(format!("job-{}", hex::encode(b)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn systemds_ip_rules_allow_the_list_loopback_and_the_gateway_only() {
+        let allow = policy::EgressAllowList {
+            tenant: "t".into(),
+            classification: "internal".into(),
+            rules: vec!["r".into()],
+            mode: policy::Mode::Enforce,
+            cidrs: vec![policy::Cidr::parse("10.233.1.0/24").unwrap()],
+            hosts: Vec::new(),
+            policy_digest: String::new(),
+        };
+        let net = LeaseNetwork {
+            lease: "l".into(),
+            netns: "sov-l".into(),
+            netns_path: "/run/netns/sov-l".into(),
+            host_if: "svh0".into(),
+            lease_if: "eth0".into(),
+            host_addr: std::net::Ipv4Addr::new(10, 231, 0, 1),
+            lease_addr: std::net::Ipv4Addr::new(10, 231, 0, 2),
+            prefix_len: 30,
+        };
+        let rules = ip_rules(&allow, &net);
+        let PropertyValue::Prefixes(allowed) = &rules[0].1 else {
+            panic!("{rules:?}")
+        };
+        assert_eq!(rules[0].0, "IPAddressAllow");
+        assert_eq!(
+            allowed,
+            &vec![
+                (2, vec![10, 233, 1, 0], 24),
+                (2, vec![127, 0, 0, 0], 8),
+                (10, std::net::Ipv6Addr::LOCALHOST.octets().to_vec(), 128),
+                (2, vec![10, 231, 0, 1], 32),
+            ]
+        );
+        assert_eq!(
+            rules[1],
+            (
+                "IPAddressDeny",
+                PropertyValue::Prefixes(vec![(2, vec![0; 4], 0), (10, vec![0; 16], 0)])
+            )
+        );
+    }
 }

@@ -53,6 +53,9 @@ pub enum PropertyValue {
     /// `a(ssbt)`: source, destination, ignore a missing source, mount flags
     /// (`BindReadOnlyPaths`).
     Binds(Vec<(String, String, bool, u64)>),
+    /// `a(iayu)`: address family (2 or 10), address bytes, prefix length
+    /// (`IPAddressAllow`, `IPAddressDeny`).
+    Prefixes(Vec<(i32, Vec<u8>, u32)>),
 }
 
 /// The limits a tenant asks for a job (checked against the node's bounds elsewhere).

@@ -206,6 +206,7 @@ pub fn to_value(v: &PropertyValue) -> Value<'static> {
         PropertyValue::FlaggedList(b, names) => Value::from((*b, names.clone())),
         PropertyValue::Exec(e) => Value::from(e.clone()),
         PropertyValue::Binds(b) => Value::from(b.clone()),
+        PropertyValue::Prefixes(p) => Value::from(p.clone()),
     }
 }
 

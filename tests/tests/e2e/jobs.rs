@@ -147,6 +147,7 @@ fn jobs_run_confined_to_their_lease_under_real_systemd() {
     assert!(out.contains("Read-only file system"), "{out}");
     assert!(!out.contains("secret"), "{out}");
 
+    sandbox_is_enforced(&node, &la);
     refusals(&node, &la, &lb);
     stop_and_lease_end(&node, &la, ga);
     end_and_wait(&node, "eu-bio", &lb);
@@ -169,6 +170,54 @@ fn wait_network_gone(node: &DevNode, lease: &str) {
         assert!(Instant::now() < deadline, "{}", node.log_text());
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// The sandbox's properties hold inside a job, as far as this test bed enforces them (memory,
+/// CPU and task limits need cgroup v2 controllers the container lacks: the image's VM test).
+fn sandbox_is_enforced(node: &DevNode, la: &str) {
+    let script = "grep -E '^(NoNewPrivs|Seccomp|CapBnd|CapEff):' /proc/self/status; \
+        ip -o link 2>&1 | head -n1; \
+        unshare -n true 2>&1 | head -n1; \
+        ls /root 2>&1 | head -n1; \
+        ls -A /tmp | wc -l; \
+        touch /usr/x 2>&1 | head -n1; true";
+    let (_, out) = run(node, "hyd-speech", la, script);
+    for want in [
+        "NoNewPrivs:\t1",
+        "Seccomp:\t2",
+        "CapBnd:\t0000000000000000",
+        "CapEff:\t0000000000000000",
+        "Address family not supported",
+        "Operation not permitted",
+        "Permission denied",
+        "Read-only file system",
+    ] {
+        assert!(out.contains(want), "{want:?} not in:\n{out}");
+    }
+    // PrivateTmp: the job's /tmp is its own, empty.
+    assert!(out.lines().any(|l| l.trim() == "0"), "{out}");
+    // RuntimeMaxSec: a job past its runtime is stopped, and says why.
+    let j = json(&node.sovctl(
+        "hyd-speech",
+        &[
+            "--json",
+            "job",
+            "run",
+            "--detach",
+            "--max-runtime",
+            "1s",
+            "--lease",
+            la,
+            "--",
+            "/bin/sleep",
+            "60",
+        ],
+    ));
+    let id = j["id"].as_str().unwrap();
+    let v = wait_job(node, la, id, |v| {
+        v["state"] != "running" && v["state"] != "starting"
+    });
+    assert_eq!(v["result"], "timeout", "{v}");
 }
 
 /// Bad input and other tenants: clear 4xx, nothing started.
