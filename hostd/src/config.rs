@@ -498,6 +498,26 @@ impl Config {
 
 #[cfg(test)]
 mod tests {
+    /// docs/operations.md's configuration example is a valid configuration, every key in it
+    /// real (unknown keys are errors).
+    #[test]
+    fn the_documented_configuration_parses() {
+        let doc = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/operations.md"),
+        )
+        .unwrap();
+        let section = doc.split("## Configuration").nth(1).unwrap();
+        let toml = section
+            .split("```toml\n")
+            .nth(1)
+            .and_then(|t| t.split("```").next())
+            .unwrap();
+        let cfg = Config::from_toml(toml, std::path::Path::new("/etc/hostd/hostd.toml"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(cfg.workloads.uplinks, vec!["eth0".to_owned()]);
+        assert_eq!(cfg.workloads.max_jobs_per_lease, 64);
+    }
+
     use super::*;
 
     const MIN: &str = r#"
