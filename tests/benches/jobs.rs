@@ -21,15 +21,6 @@ fn now_ns() -> u128 {
         .unwrap_or(0)
 }
 
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let utime: u64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0);
-    let stime: u64 = f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
-    utime + stime
-}
-
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i.min(sorted.len() - 1)]
@@ -48,28 +39,6 @@ fn stamp(path: &Path) -> u128 {
         assert!(Instant::now() < deadline, "no stamp at {}", path.display());
         std::thread::sleep(Duration::from_millis(1));
     }
-}
-
-fn container_bus(node: &DevNode) -> (String, PathBuf) {
-    let pid = std::fs::read_to_string(node.dir.join("systemd-nspawn.pid")).expect("pid");
-    let children = std::fs::read_dir(format!("/proc/{}/task", pid.trim()))
-        .expect("task")
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
-        .collect::<String>();
-    let leader = children
-        .split_whitespace()
-        .next()
-        .expect("leader")
-        .to_owned();
-    let root = PathBuf::from(format!("/proc/{leader}/root"));
-    (
-        format!(
-            "unix:path={}",
-            root.join("run/dbus/system_bus_socket").display()
-        ),
-        root,
-    )
 }
 
 fn summary(name: &str, mut ms: Vec<f64>) -> f64 {
@@ -162,7 +131,7 @@ async fn start_latency(t: &sovctl::client::Client, lease: &str, scratch: &Path) 
 /// The same trivial process started with a bare `StartTransientUnit` (busctl) on the same
 /// systemd: what systemd itself costs, without hostd.
 fn bare_latency(node: &DevNode, scratch: &Path) -> f64 {
-    let (bus, _) = container_bus(node);
+    let (bus, _) = e2e::private_systemd(&node.dir);
     let mut ms = Vec::new();
     for i in 0..30 {
         let f = scratch.join(format!("bare-{i}"));
@@ -206,9 +175,9 @@ async fn metering_cpu(node: &DevNode, t: &sovctl::client::Client, lease: &str) {
     let tps = 100.0;
     let pid = node.pid();
     let window = Duration::from_secs(20);
-    let idle0 = cpu_ticks(pid);
+    let idle0 = e2e::cpu_ticks(pid);
     tokio::time::sleep(window).await;
-    let idle = (cpu_ticks(pid) - idle0) as f64 / tps / window.as_secs_f64() * 100.0;
+    let idle = (e2e::cpu_ticks(pid) - idle0) as f64 / tps / window.as_secs_f64() * 100.0;
     let path = format!("/v1/leases/{lease}/jobs");
     let mut ids = Vec::new();
     for _ in 0..16 {
@@ -220,9 +189,9 @@ async fn metering_cpu(node: &DevNode, t: &sovctl::client::Client, lease: &str) {
         ids.push(j["id"].as_str().expect("id").to_owned());
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let busy0 = cpu_ticks(pid);
+    let busy0 = e2e::cpu_ticks(pid);
     tokio::time::sleep(window).await;
-    let busy = (cpu_ticks(pid) - busy0) as f64 / tps / window.as_secs_f64() * 100.0;
+    let busy = (e2e::cpu_ticks(pid) - busy0) as f64 / tps / window.as_secs_f64() * 100.0;
     println!(
         "hostd CPU: {busy:.2} % of one core with 16 jobs metered every second, {idle:.2} % idle; the jobs' share {:.2} %",
         busy - idle

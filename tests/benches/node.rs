@@ -18,16 +18,6 @@ fn proc_status_kb(pid: u32, field: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// utime + stime of a process, in clock ticks.
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let utime: u64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0);
-    let stime: u64 = f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
-    utime + stime
-}
-
 fn ticks_per_second() -> f64 {
     // CLK_TCK is 100 on every Linux this runs on; read it from getconf when available.
     std::process::Command::new("getconf")
@@ -76,10 +66,10 @@ fn main() {
 
     // Metering 8 leased GPUs at 1 s: CPU time over a 30 s window.
     let secs = 30.0;
-    let t0 = cpu_ticks(pid);
+    let t0 = e2e::cpu_ticks(pid);
     let start = Instant::now();
     std::thread::sleep(Duration::from_secs_f64(secs));
-    let used = (cpu_ticks(pid) - t0) as f64 / ticks_per_second();
+    let used = (e2e::cpu_ticks(pid) - t0) as f64 / ticks_per_second();
     let wall = start.elapsed().as_secs_f64();
     println!(
         "metering 8 GPUs at 1 s: {:.3} s CPU in {:.1} s = {:.2}% of one core",

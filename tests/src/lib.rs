@@ -248,6 +248,40 @@ impl Drop for DevNode {
     }
 }
 
+/// utime + stime of a process, in clock ticks (100 a second on every Linux this runs on).
+pub fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let utime: u64 = f.get(11).and_then(|v| v.parse().ok()).unwrap_or(0);
+    let stime: u64 = f.get(12).and_then(|v| v.parse().ok()).unwrap_or(0);
+    utime + stime
+}
+
+/// The private systemd of the `hostd dev` in `dir`, from the host: the D-Bus address of its
+/// system bus and its root (for its `/dev` and `/run`).
+pub fn private_systemd(dir: &Path) -> (String, PathBuf) {
+    let pid = std::fs::read_to_string(dir.join("systemd-nspawn.pid")).expect("nspawn pid file");
+    let children = std::fs::read_dir(format!("/proc/{}/task", pid.trim()))
+        .expect("nspawn tasks")
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .collect::<String>();
+    let leader = children
+        .split_whitespace()
+        .next()
+        .expect("the container's init")
+        .to_owned();
+    let root = PathBuf::from(format!("/proc/{leader}/root"));
+    (
+        format!(
+            "unix:path={}",
+            root.join("run/dbus/system_bus_socket").display()
+        ),
+        root,
+    )
+}
+
 /// Kills the private systemd `hostd dev` booted for jobs in `dir` (it outlives hostd on
 /// purpose, so that a restarted hostd re-adopts running jobs) and removes its cgroups.
 pub fn stop_private_systemd(dir: &Path) {

@@ -317,25 +317,6 @@ fn stop_and_lease_end(node: &DevNode, la: &str, ga: u64) {
     );
 }
 
-/// The container's systemd, from the host: `systemctl`-like calls over its bus.
-fn container_bus(node: &DevNode) -> (String, PathBuf) {
-    let pid = std::fs::read_to_string(node.dir.join("systemd-nspawn.pid")).unwrap();
-    let children = std::fs::read_dir(format!("/proc/{}/task", pid.trim()))
-        .unwrap()
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
-        .collect::<String>();
-    let leader = children.split_whitespace().next().unwrap().to_owned();
-    let root = PathBuf::from(format!("/proc/{leader}/root"));
-    (
-        format!(
-            "unix:path={}",
-            root.join("run/dbus/system_bus_socket").display()
-        ),
-        root,
-    )
-}
-
 fn daemon_reload(bus: &str) {
     let out = Command::new("busctl")
         .arg(format!("--address={bus}"))
@@ -380,7 +361,7 @@ fn reloads_and_hostd_restarts_leave_running_jobs_their_gpu() {
 
     // The NVIDIA toolkit trap: a reload while the node is missing drops the rule silently.
     // A bystander unit with the same rule, which no hostd watches, shows that it happens.
-    let (bus, root) = container_bus(&node);
+    let (bus, root) = e2e::private_systemd(&node.dir);
     start_bystander(&bus, ga);
     let bystander_says = |want: &str| {
         let deadline = Instant::now() + Duration::from_secs(15);
