@@ -189,13 +189,14 @@ pub fn usage_records(leaves: &[Vec<u8>]) -> Result<Vec<UsageRecord>, BillingErro
 pub fn usage_record(index: u64, leaf: &[u8]) -> Result<Option<UsageRecord>, BillingError> {
     match serde_json::from_slice::<Record>(leaf) {
         Ok(Record::Usage(u)) => Ok(Some(u)),
-        // Job usage and scratch erasures carry no GPU time: nothing of them is billed here.
+        // Job usage, scratch erasures and transfers carry no GPU time: nothing of them is billed here.
         Ok(
             Record::Attestation(_)
             | Record::GpuEvent(_)
             | Record::Recovery(_)
             | Record::JobUsage(_)
-            | Record::ScratchErased(_),
+            | Record::ScratchErased(_)
+            | Record::Transfer(_),
         ) => Ok(None),
         Err(source) => Err(BillingError { index, source }),
     }

@@ -5,10 +5,12 @@
 //! `gpu_seconds` from its `gpu_ms`, its energy must be a non-negative number, and its `prev`
 //! and `attestation` must point to earlier records. Job-usage and scratch-erased records must
 //! name a node and carry RFC 3339 UTC times, and a job-usage interval must lie within one UTC
-//! hour. Each failure is a [`RecordProblem`].
+//! hour. A transfer record must name a node, carry a UTC time, say `in` or `out` and `allow`
+//! or `deny`, and a refused transfer must have moved 0 bytes. Each failure is a
+//! [`RecordProblem`].
 
 use crate::money::amount_paise;
-use crate::record::{JobUsageRecord, Record, RECORD_VERSION};
+use crate::record::{JobUsageRecord, Record, TransferRecord, RECORD_VERSION};
 use crate::time::{parse_utc_ms, HOUR_MS};
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
@@ -137,6 +139,24 @@ pub enum RecordProblem {
         /// The record's `end`, after the next hour boundary.
         end: String,
     },
+    /// A transfer record's `direction` or `decision` is not one of the words a node writes
+    /// (`in`/`out`, `allow`/`deny`), so what moved, or whether it was let through, is unknown.
+    #[error("{field} {value:?} is not one of {expected}")]
+    BadWord {
+        /// Which field (`direction`, `decision`).
+        field: String,
+        /// Its text.
+        value: String,
+        /// The words it may be, as a list for people (`in, out`).
+        expected: String,
+    },
+    /// A transfer the policy refused claims that bytes moved: a refusal is answered before
+    /// any data is read or sent, so the record contradicts itself.
+    #[error("a denied transfer moved {bytes} bytes (a refusal moves none)")]
+    DeniedWithBytes {
+        /// The record's `bytes`.
+        bytes: u64,
+    },
     /// A job-usage record of a job that had not ended says how it ended.
     #[error("exit {exit:?} on a record whose job did not end (ended is false)")]
     ExitWithoutEnd {
@@ -164,7 +184,7 @@ pub struct Totals {
     /// Number of records counted (those that passed their line checks), of every kind.
     pub records: u64,
     /// Those records by `kind` tag (`usage`, `attestation`, `gpu-event`, `recovery`,
-    /// `job-usage`, `scratch-erased`).
+    /// `job-usage`, `scratch-erased`, `transfer`).
     pub by_kind: BTreeMap<String, u64>,
     /// Usage totals by tenant id, from the usage records.
     pub tenants: BTreeMap<String, TenantTotals>,
@@ -373,6 +393,7 @@ fn check_other(rec: &Record) -> Result<(), RecordProblem> {
     let node = match rec {
         Record::JobUsage(j) => &j.node,
         Record::ScratchErased(e) => &e.node,
+        Record::Transfer(t) => &t.node,
         Record::Usage(_) | Record::Attestation(_) | Record::GpuEvent(_) | Record::Recovery(_) => {
             return Ok(())
         }
@@ -383,8 +404,32 @@ fn check_other(rec: &Record) -> Result<(), RecordProblem> {
     match rec {
         Record::JobUsage(j) => check_job_usage(j),
         Record::ScratchErased(e) => utc_ms("at", &e.at).map(drop),
+        Record::Transfer(t) => check_transfer(t),
         _ => Ok(()),
     }
+}
+
+/// A transfer's time, its two words, and no bytes on a refusal.
+fn check_transfer(t: &TransferRecord) -> Result<(), RecordProblem> {
+    utc_ms("at", &t.at)?;
+    word("direction", &t.direction, &["in", "out"])?;
+    word("decision", &t.decision, &["allow", "deny"])?;
+    if t.decision == "deny" && t.bytes != 0 {
+        return Err(RecordProblem::DeniedWithBytes { bytes: t.bytes });
+    }
+    Ok(())
+}
+
+/// `value` is one of `allowed`, or the problem naming `field`.
+fn word(field: &str, value: &str, allowed: &[&str]) -> Result<(), RecordProblem> {
+    if allowed.contains(&value) {
+        return Ok(());
+    }
+    Err(RecordProblem::BadWord {
+        field: field.to_owned(),
+        value: value.to_owned(),
+        expected: allowed.join(", "),
+    })
 }
 
 fn check_job_usage(j: &JobUsageRecord) -> Result<(), RecordProblem> {
@@ -666,6 +711,59 @@ mod tests {
             RecordProblem::IdMismatch { id: 4, line: 5 }
         );
         assert_eq!(t.records, 4, "only passing records are counted");
+    }
+
+    /// Transfers: checked for place, node, time and their words, a refusal moves no bytes;
+    /// counted by kind, never billed.
+    #[test]
+    fn transfers_are_checked_and_counted() {
+        use crate::record::Record;
+        use crate::testutil::transfer;
+        let mut t = Totals::default();
+        let check =
+            |rec: Record, t: &mut Totals| check_record_line(rec.id(), &rec.to_leaf().unwrap(), t);
+        check(transfer(0, "in", "allow", 4096), &mut t).unwrap();
+        check(transfer(1, "out", "allow", 0), &mut t).unwrap();
+        check(transfer(2, "out", "deny", 0), &mut t).unwrap();
+        assert_eq!((t.records, t.by_kind["transfer"]), (3, 3));
+        assert!(t.tenants.is_empty(), "never billed: {:?}", t.tenants);
+
+        let e = check(transfer(3, "out", "deny", 1), &mut t).unwrap_err();
+        assert_eq!(e, RecordProblem::DeniedWithBytes { bytes: 1 });
+        assert!(
+            e.to_string().contains("denied transfer moved 1 bytes"),
+            "{e}"
+        );
+        let e = check(transfer(3, "sideways", "allow", 1), &mut t).unwrap_err();
+        assert_eq!(
+            e,
+            RecordProblem::BadWord {
+                field: "direction".into(),
+                value: "sideways".into(),
+                expected: "in, out".into()
+            }
+        );
+        let e = check(transfer(3, "out", "audit", 1), &mut t).unwrap_err();
+        assert!(
+            matches!(&e, RecordProblem::BadWord { field, .. } if field == "decision"),
+            "{e:?}"
+        );
+        let mut bad = transfer(3, "in", "allow", 1);
+        if let Record::Transfer(x) = &mut bad {
+            x.at = "2026-01-01 11:00".into();
+        }
+        assert!(matches!(
+            check(bad.clone(), &mut t),
+            Err(RecordProblem::BadTime { .. })
+        ));
+        if let Record::Transfer(x) = &mut bad {
+            (x.at, x.node) = ("2026-01-01T11:00:00Z".into(), String::new());
+        }
+        assert!(matches!(
+            check(bad, &mut t),
+            Err(RecordProblem::BadNode { .. })
+        ));
+        assert_eq!(t.records, 3, "only passing records are counted");
     }
 
     /// The borrowed fast path must accept exactly what `Record` accepts.

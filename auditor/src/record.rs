@@ -33,6 +33,10 @@ pub enum Record {
     /// A lease's encrypted scratch was crypto-erased at lease end: its key removed from the
     /// kernel, its directory deleted. Recorded so a tenant can prove its data was destroyed.
     ScratchErased(ScratchErasedRecord),
+    /// Data copied into or out of a lease's encrypted scratch by a tenant (`sovctl cp`), or a
+    /// download the residency policy refused. Recorded so a tenant and an auditor can see
+    /// every byte that entered or left a lease, and which policy rules let it leave.
+    Transfer(TransferRecord),
 }
 
 /// Resources used by one job over `[start, end)`, cut at every UTC hour boundary and at the
@@ -95,6 +99,44 @@ pub struct ScratchErasedRecord {
     /// deleted): their per-file keys stay in kernel memory until the processes holding them
     /// close them, so the erasure completed only then.
     pub files_busy: bool,
+}
+
+/// One copy of data into (`in`) or out of (`out`) a lease's scratch through the node's API,
+/// written when the transfer ends, or at once when the policy refused it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TransferRecord {
+    /// Record schema version ([`RECORD_VERSION`]).
+    pub v: u32,
+    /// Leaf index of this record in the ledger.
+    pub id: u64,
+    /// Name of the node that holds the scratch (its configured node name).
+    pub node: String,
+    /// Id of the tenant whose data moved: the lease's tenant.
+    pub tenant: String,
+    /// Id of the lease whose scratch the data entered or left.
+    pub lease: String,
+    /// When the transfer ended (or was refused), RFC 3339 UTC with milliseconds.
+    pub at: String,
+    /// `in` for an upload into the scratch, `out` for a download or a directory listing
+    /// (names leave the node too).
+    pub direction: String,
+    /// Bytes moved: written into the scratch, or sent to the client; 0 when refused.
+    pub bytes: u64,
+    /// Whether the transfer ran to its end: false when the client went away or a write
+    /// failed part way (`bytes` then says how much moved before that).
+    pub complete: bool,
+    /// The client's IP address as the TLS connection saw it: where data went out to.
+    pub client: String,
+    /// `allow` or `deny`: the residency policy's decision for data leaving the node; an
+    /// upload (data entering) is always `allow`.
+    pub decision: String,
+    /// Digest of the residency policy that decided (`sha256:…`).
+    pub policy_digest: String,
+    /// Ids of the policy rules that decided; empty for uploads and when no rule matched.
+    pub rules: Vec<String>,
+    /// The policy's reasons for the decision, as it gave them (audit-mode rules say so here).
+    pub reasons: Vec<String>,
 }
 
 /// What `hostd ledger recover` did, written as the first record after the recovered ones, so
@@ -250,6 +292,7 @@ impl Record {
             Record::Recovery(r) => r.id,
             Record::JobUsage(j) => j.id,
             Record::ScratchErased(e) => e.id,
+            Record::Transfer(t) => t.id,
         }
     }
 
@@ -262,6 +305,7 @@ impl Record {
             Record::Recovery(_) => "recovery",
             Record::JobUsage(_) => "job-usage",
             Record::ScratchErased(_) => "scratch-erased",
+            Record::Transfer(_) => "transfer",
         }
     }
 
@@ -274,6 +318,7 @@ impl Record {
             Record::Recovery(r) => r.v,
             Record::JobUsage(j) => j.v,
             Record::ScratchErased(e) => e.v,
+            Record::Transfer(t) => t.v,
         }
     }
 
@@ -342,6 +387,20 @@ mod tests {
         assert!(serde_json::from_str::<Record>(&extra).is_err());
     }
 
+    #[test]
+    fn transfer_round_trips_with_its_tag() {
+        let t = crate::testutil::transfer(9, "out", "deny", 0);
+        let leaf = String::from_utf8(t.to_leaf().unwrap()).unwrap();
+        assert_eq!(
+            leaf,
+            r#"{"kind":"transfer","v":1,"id":9,"node":"node-1","tenant":"a","lease":"lease-1","at":"2026-01-01T11:00:00.000Z","direction":"out","bytes":0,"complete":false,"client":"192.0.2.7","decision":"deny","policy_digest":"sha256:00","rules":["no-egress"],"reasons":["rule no-egress: deny"]}"#
+        );
+        assert_eq!(serde_json::from_str::<Record>(&leaf).unwrap(), t);
+        assert_eq!((t.id(), t.kind(), t.version()), (9, "transfer", 1));
+        let extra = leaf.replace(r#""bytes""#, r#""extra":1,"bytes""#);
+        assert!(serde_json::from_str::<Record>(&extra).is_err());
+    }
+
     /// Adding kinds must not change a byte of the existing ones.
     #[test]
     fn usage_records_keep_their_bytes() {
@@ -373,6 +432,7 @@ mod tests {
             "recovery",
             "job-usage",
             "scratch-erased",
+            "transfer",
         ];
         for kind in kinds {
             assert!(
@@ -389,7 +449,9 @@ mod tests {
             seen.push(rec.kind());
         }
         assert!(
-            seen.contains(&"job-usage") && seen.contains(&"scratch-erased"),
+            seen.contains(&"job-usage")
+                && seen.contains(&"scratch-erased")
+                && seen.contains(&"transfer"),
             "{seen:?}"
         );
     }

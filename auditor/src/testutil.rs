@@ -3,7 +3,9 @@
 use crate::export::write_export;
 use crate::layout::{receipt_path, ConsistencyProof, RECORDS_FILE};
 use crate::money::amount_paise;
-use crate::record::{JobUsageRecord, Record, ScratchErasedRecord, UsageRecord, RECORD_VERSION};
+use crate::record::{
+    JobUsageRecord, Record, ScratchErasedRecord, TransferRecord, UsageRecord, RECORD_VERSION,
+};
 use crate::source::DirSource;
 use crate::verify::{verify_export, Supplied, VerifyFailure, VerifyOptions, VerifyReport};
 use attest::checkpoint::{sign_checkpoint, Checkpoint};
@@ -74,6 +76,27 @@ pub(crate) fn scratch_erased(id: u64, at: &str) -> Record {
         at: at.into(),
         bytes: 1 << 20,
         files_busy: false,
+    })
+}
+
+/// A transfer record of `lease-1` at 11:00: `direction` and `decision` as given, moving
+/// `bytes` (complete when any moved), decided by rule `no-egress`.
+pub(crate) fn transfer(id: u64, direction: &str, decision: &str, bytes: u64) -> Record {
+    Record::Transfer(TransferRecord {
+        v: RECORD_VERSION,
+        id,
+        node: "node-1".into(),
+        tenant: "a".into(),
+        lease: "lease-1".into(),
+        at: "2026-01-01T11:00:00.000Z".into(),
+        direction: direction.into(),
+        bytes,
+        complete: bytes > 0,
+        client: "192.0.2.7".into(),
+        decision: decision.into(),
+        policy_digest: "sha256:00".into(),
+        rules: vec!["no-egress".into()],
+        reasons: vec![format!("rule no-egress: {decision}")],
     })
 }
 

@@ -38,6 +38,30 @@ pub struct PlaceDecision {
     pub reasons: Vec<String>,
 }
 
+/// The policy's answer about data crossing a lease's boundary (a download to a client), in
+/// the form a `transfer` record keeps.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TransferDecision {
+    pub allowed: bool,
+    pub policy_digest: String,
+    /// Ids of the rules that decided (none for deny-by-default and uploads).
+    pub rules: Vec<String>,
+    pub reasons: Vec<String>,
+}
+
+impl TransferDecision {
+    /// Data entering a lease takes nothing out of the node, so no rule is asked: always
+    /// allowed, with the digest of the policy in force for the record.
+    pub fn upload(policy_digest: &str) -> TransferDecision {
+        TransferDecision {
+            allowed: true,
+            policy_digest: policy_digest.to_owned(),
+            rules: Vec::new(),
+            reasons: vec!["data entering a lease is always allowed".into()],
+        }
+    }
+}
+
 /// The node's active residency policy, or none (deny everything).
 pub struct Residency {
     policy: Option<Policy>,
@@ -124,6 +148,53 @@ impl Residency {
 
     pub fn policy(&self) -> Option<&Policy> {
         self.policy.as_ref()
+    }
+
+    /// Digest of the policy in force (`none` without one).
+    pub fn digest(&self) -> String {
+        self.policy
+            .as_ref()
+            .map_or_else(|| "none".to_owned(), |p| p.digest().to_string())
+    }
+
+    /// Whether `tenant`'s `classification` data of `lease` may leave the node for `client`: an
+    /// egress of that data to the client's address, decided as a job's egress is (the same
+    /// endpoints, rules and audit mode), so a download cannot take data where a job of the
+    /// lease could not send it.
+    pub fn check_download(
+        &self,
+        tenant: &str,
+        classification: &str,
+        lease: &str,
+        client: std::net::IpAddr,
+    ) -> TransferDecision {
+        let Some(policy) = &self.policy else {
+            return TransferDecision {
+                allowed: false,
+                policy_digest: "none".into(),
+                rules: Vec::new(),
+                reasons: vec![
+                    "denied: no residency policy is installed on this node, and nothing is allowed by default".into(),
+                ],
+            };
+        };
+        let request = policy::Request::Egress {
+            tenant: tenant.to_owned(),
+            data: policy::Data {
+                id: lease.to_owned(),
+                classification: classification.to_owned(),
+                owner: Some(tenant.to_owned()),
+                origin: None,
+            },
+            destination: policy::Destination::Address(policy::cidr::canonical_ip(client)),
+        };
+        let d = policy::decide(policy, &request);
+        TransferDecision {
+            allowed: d.allowed,
+            policy_digest: d.policy_digest,
+            rules: d.matched_rules,
+            reasons: d.reasons.iter().map(|r| r.to_string()).collect(),
+        }
     }
 
     pub fn check_place(&self, req: &PlaceRequest<'_>) -> Result<PlaceDecision, String> {
@@ -240,5 +311,121 @@ mod tests {
                 d.reasons
             );
         }
+    }
+
+    /// A policy written for the download tests: a workstation in India and a host abroad,
+    /// internal data reaches only India (enforced), confidential data is only audited.
+    fn download_policy() -> Residency {
+        let toml = r#"
+[policy]
+name = "download-test"
+format = 1
+version = 1
+
+[classifications]
+order = ["public", "internal", "confidential"]
+
+[[tenants]]
+id = "acme"
+home = "IN-TG"
+
+[[endpoints]]
+id = "workstation"
+jurisdiction = "IN-TG"
+cidrs = ["127.0.0.0/8"]
+
+[[endpoints]]
+id = "abroad"
+jurisdiction = "US"
+cidrs = ["198.51.100.0/24"]
+
+[[rules]]
+id = "internal-out-to-india"
+actions = ["egress"]
+classification = "internal"
+allow_in = ["IN"]
+
+[[rules]]
+id = "confidential-out-audited"
+actions = ["egress"]
+classification = "confidential"
+allow_in = ["IN"]
+mode = "audit"
+"#;
+        let policy = Policy::from_toml_str(toml).expect("test policy");
+        Residency {
+            policy: Some(policy),
+        }
+    }
+
+    fn download(class: &str, client: &str) -> TransferDecision {
+        download_policy().check_download("acme", class, "lease-1", client.parse().unwrap())
+    }
+
+    #[test]
+    fn a_download_to_an_allowed_client_names_its_rule() {
+        let d = download("internal", "127.0.0.1");
+        assert!(d.allowed, "{d:?}");
+        assert_eq!(d.rules, vec!["internal-out-to-india".to_owned()]);
+        assert!(d.policy_digest.starts_with("sha256:"), "{d:?}");
+        assert_eq!(d.policy_digest, download_policy().digest());
+        // IPv4-mapped IPv6 (a dual-stack listener's view) is the same client.
+        assert!(download("internal", "::ffff:127.0.0.1").allowed);
+    }
+
+    /// Abroad, undeclared addresses and classifications no egress rule covers are refused,
+    /// with reasons a tenant can read.
+    #[test]
+    fn a_download_to_a_client_abroad_is_denied_with_reasons() {
+        let d = download("internal", "198.51.100.4");
+        assert!(!d.allowed, "{d:?}");
+        assert_eq!(d.rules, vec!["internal-out-to-india".to_owned()]);
+        assert!(
+            d.reasons.iter().any(|r| r.contains("US")),
+            "{:?}",
+            d.reasons
+        );
+        assert!(!download("internal", "192.0.2.1").allowed, "undeclared");
+        let d = download("public", "127.0.0.1");
+        assert!(
+            !d.allowed && d.rules.is_empty(),
+            "no egress rule for public: {d:?}"
+        );
+        assert!(d.reasons[0].contains("deny by default"), "{:?}", d.reasons);
+        let none =
+            Residency::none().check_download("acme", "internal", "l", "127.0.0.1".parse().unwrap());
+        assert!(!none.allowed && none.policy_digest == "none", "{none:?}");
+    }
+
+    /// Under an audit-mode rule the policy allows and its reasons say what it would deny.
+    #[test]
+    fn audit_mode_allows_and_says_so() {
+        let d = download("confidential", "198.51.100.4");
+        assert!(d.allowed, "{d:?}");
+        assert_eq!(d.rules, vec!["confidential-out-audited".to_owned()]);
+        assert!(
+            d.reasons.iter().any(|r| r.contains("audit violation")),
+            "{:?}",
+            d.reasons
+        );
+    }
+
+    /// The dev policy lets the dev user's own machine (loopback, in India) download internal
+    /// data, as its e2e tests and the README's story do, and still keeps public data's
+    /// downloads to the rules (none covers its egress).
+    #[test]
+    fn the_dev_policy_admits_the_dev_workstation() {
+        let dev = dev_residency();
+        let ip = "127.0.0.1".parse().unwrap();
+        for class in ["internal", "confidential", "restricted"] {
+            assert!(
+                dev.check_download("hyd-speech", class, "l", ip).allowed,
+                "{class}"
+            );
+        }
+        assert!(
+            !dev.check_download("hyd-speech", "internal", "l", "10.233.2.9".parse().unwrap())
+                .allowed
+        );
     }
 }

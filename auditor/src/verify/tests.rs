@@ -79,6 +79,44 @@ fn an_export_with_job_usage_and_scratch_erasures_verifies() {
     ));
 }
 
+/// An export holding transfers (allowed both ways, one refused) verifies, counts them by
+/// kind and bills nothing of them; a refusal that claims bytes is a finding naming it.
+#[test]
+fn an_export_with_transfers_verifies() {
+    let mut leaves = leaves(1);
+    for (i, (dir, decision, bytes)) in [
+        ("in", "allow", 10),
+        ("out", "allow", 10),
+        ("out", "deny", 0),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        leaves.push(
+            transfer(i as u64 + 1, dir, decision, bytes)
+                .to_leaf()
+                .unwrap(),
+        );
+    }
+    let f = Fx::of_leaves(leaves.clone(), &[3]);
+    let r = f.run().unwrap();
+    assert!(r.is_valid(), "{:#?}", r.problems);
+    assert_eq!((r.records, r.receipts_verified), (4, 1));
+    assert_eq!(r.totals.by_kind["transfer"], 3);
+    assert_eq!(r.totals.tenants["a"].records, 1, "only usage is billed");
+    let s = crate::summary::format_summary(&r);
+    assert!(s.contains("by kind: transfer 3, usage 1\n"), "{s}");
+    leaves[3] = transfer(3, "out", "deny", 5).to_leaf().unwrap();
+    let f = Fx::of_leaves(leaves, &[]);
+    assert!(matches!(
+        f.one_problem(),
+        Finding::BadRecord {
+            index: 3,
+            problem: RecordProblem::DeniedWithBytes { bytes: 5 }
+        }
+    ));
+}
+
 // --- Records
 
 #[test]

@@ -40,6 +40,19 @@ impl ApiError {
         }
     }
 
+    /// 403 for what the residency policy refused, with its digest and reasons: the tenant
+    /// needs them to see which rule to take up with whom.
+    pub(super) fn denied(msg: &str, policy_digest: String, reasons: Vec<String>) -> ApiError {
+        ApiError {
+            status: StatusCode::FORBIDDEN,
+            body: ErrorBody {
+                policy_digest: Some(policy_digest),
+                reasons: Some(reasons),
+                ..ErrorBody::new(msg)
+            },
+        }
+    }
+
     pub(super) fn forbidden(p: &Principal, what: &str) -> ApiError {
         ApiError::new(
             StatusCode::FORBIDDEN,
@@ -65,14 +78,11 @@ impl From<NodeError> for ApiError {
             NodeError::Denied {
                 policy_digest,
                 reasons,
-            } => ApiError {
-                status: StatusCode::FORBIDDEN,
-                body: ErrorBody {
-                    policy_digest: Some(policy_digest),
-                    reasons: Some(reasons),
-                    ..ErrorBody::new("placement denied by residency policy")
-                },
-            },
+            } => ApiError::denied(
+                "placement denied by residency policy",
+                policy_digest,
+                reasons,
+            ),
             NodeError::Internal(e) => ApiError::internal(&e),
         }
     }

@@ -9,6 +9,14 @@
 //! Access: a tenant its own leases (another's answers 404), operators all. File contents are
 //! tenant data, so auditors, who read everything else, get 403 here.
 //!
+//! Residency: a download (a file, or a directory's listing: names are data too) takes the
+//! lease's data off the node to the client's address, so it is an `egress` decision of the
+//! residency policy for the lease's tenant and classification, with the TLS peer's IP as the
+//! destination: the same endpoints and rules that bound the lease's jobs. A refusal is 403
+//! with the policy's reasons, before any file is opened. Uploads bring data in and are always
+//! allowed. Every transfer, refused or not, becomes a `transfer` record in the signed ledger
+//! when it ends, with the bytes moved and whether it completed.
+//!
 //! An upload is not bound by the API's small JSON body limit nor its whole-body deadline
 //! (its route bypasses `limits::enforce`): its limit is the lease's remaining scratch quota
 //! (a `Content-Length` over it is refused with 507 before a byte is read; a body without one
@@ -20,12 +28,16 @@
 
 use super::leases::visible_lease;
 use super::*;
+use crate::node::TransferFacts;
+use crate::residency::TransferDecision;
 use crate::workload::confined::{FileError, Kind, Opened, RelPath, Root, Upload};
 use crate::workload::runner::NodeJobs;
 use crate::workload::scratch::ScratchError;
 use axum::body::{Body, Bytes};
+use axum::extract::ConnectInfo;
 use hostd_api::file::{FileEntry, FileKind, FileList, FileWritten};
 use http_body_util::BodyExt;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -99,14 +111,19 @@ fn over_quota(lease: &str, bytes: u64, remaining: u64) -> ApiError {
     )
 }
 
-/// One transfer's log line, written when it ends (completed or not) with the bytes moved.
+/// One transfer, logged and recorded in the ledger when it ends (completed or not) with the
+/// bytes moved: on drop, so a client that goes away mid-body is recorded too.
 struct Transfer {
+    /// Where the record goes; `None` only in unit tests of the byte counting.
+    node: Option<Arc<Node>>,
     tenant: String,
     lease: String,
     path: String,
     direction: &'static str,
     bytes: u64,
     complete: bool,
+    client: IpAddr,
+    decision: TransferDecision,
 }
 
 impl Drop for Transfer {
@@ -118,22 +135,115 @@ impl Drop for Transfer {
             bytes = self.bytes,
             direction = self.direction,
             complete = self.complete,
+            client = %self.client,
             "scratch file transfer"
+        );
+        let Some(node) = self.node.take() else {
+            return;
+        };
+        let facts = TransferFacts {
+            tenant: std::mem::take(&mut self.tenant),
+            lease: std::mem::take(&mut self.lease),
+            direction: self.direction,
+            bytes: self.bytes,
+            complete: self.complete,
+            client: self.client.to_string(),
+            decision: self.decision.clone(),
+        };
+        // A ledger append waits on disk: never on the runtime thread that drops the body.
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn_blocking(move || record(&node, &facts))),
+            Err(_) => record(&node, &facts),
+        }
+    }
+}
+
+/// Appends the record of a transfer; the transfer already happened, so a failure can only be
+/// logged (loudly: the ledger is missing a transfer).
+fn record(node: &Node, facts: &TransferFacts) {
+    if let Err(e) = node.record_transfer(facts) {
+        tracing::error!(
+            tenant = %facts.tenant,
+            lease = %facts.lease,
+            direction = facts.direction,
+            bytes = facts.bytes,
+            error = %e,
+            "transfer not recorded in the ledger"
         );
     }
 }
 
 impl Transfer {
-    fn new(lease: &Lease, path: &RelPath, direction: &'static str) -> Transfer {
+    fn new(
+        node: &Arc<Node>,
+        lease: &Lease,
+        path: &RelPath,
+        direction: &'static str,
+        client: IpAddr,
+        decision: TransferDecision,
+    ) -> Transfer {
         Transfer {
+            node: Some(node.clone()),
             tenant: lease.tenant.clone(),
             lease: lease.id.clone(),
             path: path.as_string(),
             direction,
             bytes: 0,
             complete: false,
+            client,
+            decision,
         }
     }
+}
+
+/// The client's address as the policy and the record see it (an IPv4 client of a dual-stack
+/// listener as IPv4).
+fn client_ip(peer: SocketAddr) -> IpAddr {
+    policy::cidr::canonical_ip(peer.ip())
+}
+
+/// The policy's decision on the lease's data leaving for `client`. A refusal is recorded at
+/// once (0 bytes) and answered 403 with the policy's digest and reasons.
+async fn decide_download(
+    node: &Arc<Node>,
+    lease: &Lease,
+    rel: &RelPath,
+    client: IpAddr,
+) -> ApiResult<TransferDecision> {
+    let d =
+        node.residency()
+            .check_download(&lease.tenant, &lease.classification, &lease.id, client);
+    if d.allowed {
+        return Ok(d);
+    }
+    tracing::warn!(
+        tenant = %lease.tenant,
+        lease = %lease.id,
+        path = %rel.as_string(),
+        client = %client,
+        reasons = ?d.reasons,
+        "download denied by residency policy"
+    );
+    let facts = TransferFacts {
+        tenant: lease.tenant.clone(),
+        lease: lease.id.clone(),
+        direction: "out",
+        bytes: 0,
+        complete: false,
+        client: client.to_string(),
+        decision: d.clone(),
+    };
+    // Refused either way: a refusal the ledger could not take is logged by `record`.
+    let _ = tokio::task::spawn_blocking({
+        let node = node.clone();
+        move || record(&node, &facts)
+    })
+    .await;
+    Err(ApiError::denied(
+        "download denied by residency policy",
+        d.policy_digest,
+        d.reasons,
+    ))
 }
 
 /// `PUT /v1/leases/{id}/files/{*path}`.
@@ -141,6 +251,7 @@ pub(super) async fn put_file(
     State(node): State<Arc<Node>>,
     Extension(p): Extension<Principal>,
     Extension(w): Extension<Workloads>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Path((id, path)): Path<(String, String)>,
     headers: axum::http::HeaderMap,
     body: Body,
@@ -162,7 +273,8 @@ pub(super) async fn put_file(
     }
     let target = rel.clone();
     let mut upload = run_blocking(move || root.create(&target)).await?;
-    let mut t = Transfer::new(&lease, &rel, "in");
+    let decision = TransferDecision::upload(&node.residency().digest());
+    let mut t = Transfer::new(&node, &lease, &rel, "in", client_ip(peer), decision);
     let idle = Duration::from_secs(node.config().api.body_deadline_secs.max(1));
     if let Err(e) = receive(&mut upload, body, remaining, idle, &mut t).await {
         return Ok(closing(e));
@@ -250,11 +362,12 @@ pub(super) async fn get_file(
     State(node): State<Arc<Node>>,
     Extension(p): Extension<Principal>,
     Extension(w): Extension<Workloads>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Path((id, path)): Path<(String, String)>,
 ) -> ApiResult<Response> {
     let lease = lease_for(&node, &p, id, "read a lease's files").await?;
     let rel = RelPath::parse(&path)?;
-    serve(&w, &lease, rel).await
+    serve(&node, &w, &lease, rel, client_ip(peer)).await
 }
 
 /// `GET /v1/leases/{id}/files`: the scratch's top directory.
@@ -262,20 +375,35 @@ pub(super) async fn list_root(
     State(node): State<Arc<Node>>,
     Extension(p): Extension<Principal>,
     Extension(w): Extension<Workloads>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
     let lease = lease_for(&node, &p, id, "read a lease's files").await?;
-    serve(&w, &lease, RelPath::root()).await
+    serve(&node, &w, &lease, RelPath::root(), client_ip(peer)).await
 }
 
-async fn serve(w: &Workloads, lease: &Lease, rel: RelPath) -> ApiResult<Response> {
+/// A download: decided by the policy before anything is opened, recorded when it ends.
+async fn serve(
+    node: &Arc<Node>,
+    w: &Workloads,
+    lease: &Lease,
+    rel: RelPath,
+    client: IpAddr,
+) -> ApiResult<Response> {
+    let decision = decide_download(node, lease, &rel, client).await?;
     let jobs = w.jobs()?.clone();
     let root = scratch_root(&jobs, lease).await?;
     let target = rel.clone();
-    match run_blocking(move || root.open_read(&target)).await? {
-        Opened::Dir(entries) => Ok(Json(listing(entries)).into_response()),
+    let opened = run_blocking(move || root.open_read(&target)).await?;
+    let mut t = Transfer::new(node, lease, &rel, "out", client, decision);
+    match opened {
+        Opened::Dir(entries) => {
+            let body = serde_json::to_vec(&listing(entries)).map_err(|e| ApiError::internal(&e))?;
+            (t.bytes, t.complete) = (body.len() as u64, true);
+            let headers = [(header::CONTENT_TYPE, "application/json")];
+            Ok((headers, body).into_response())
+        }
         Opened::File(f, size) => {
-            let t = Transfer::new(lease, &rel, "out");
             // At most the size announced: a job growing the file meanwhile cannot make the
             // body disagree with its Content-Length.
             let f = tokio::fs::File::from_std(f).take(size);
@@ -338,12 +466,15 @@ mod tests {
 
     fn transfer() -> Transfer {
         Transfer {
+            node: None,
             tenant: "t".into(),
             lease: "l".into(),
             path: "f".into(),
             direction: "in",
             bytes: 0,
             complete: false,
+            client: IpAddr::from([127, 0, 0, 1]),
+            decision: TransferDecision::upload("sha256:00"),
         }
     }
 

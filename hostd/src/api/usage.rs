@@ -104,13 +104,14 @@ pub(super) fn visible_record(
         .ok_or_else(|| NodeError::NotFound(format!("no record {id}")))?;
     let rec = match serde_json::from_slice::<Record>(&leaf) {
         Ok(Record::Usage(u)) => u,
-        // Job usage and scratch erasures are not GPU usage: not served here.
+        // Job usage, scratch erasures and transfers are not GPU usage: not served here.
         Ok(
             Record::Attestation(_)
             | Record::GpuEvent(_)
             | Record::Recovery(_)
             | Record::JobUsage(_)
-            | Record::ScratchErased(_),
+            | Record::ScratchErased(_)
+            | Record::Transfer(_),
         ) => {
             return Err(NodeError::NotFound(format!(
                 "record {id} is not a usage record"

@@ -55,6 +55,7 @@ mod workloads;
 
 pub use error::{InternalError, NodeError};
 pub use leases::holder;
+pub use workloads::TransferFacts;
 
 /// Counters exported on `/metrics`.
 #[derive(Debug, Default)]

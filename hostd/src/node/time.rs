@@ -20,6 +20,7 @@ fn record_time(rec: &Record) -> Option<i64> {
         Record::Recovery(r) => &r.at,
         Record::JobUsage(j) => &j.end,
         Record::ScratchErased(e) => &e.at,
+        Record::Transfer(t) => &t.at,
     };
     crate::clock::parse_time_ms(t).ok()
 }

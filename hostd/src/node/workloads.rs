@@ -1,5 +1,6 @@
 //! Records of tenants' workloads: what each job used (job-usage records, cut by
-//! [`crate::workload::metering::cut`]) and the crypto-erasure of a lease's scratch.
+//! [`crate::workload::metering::cut`]), the crypto-erasure of a lease's scratch, and each
+//! copy of data into or out of it.
 //!
 //! A job's cursor (`jobmeter/<job>`) and the records cut from it are written in one
 //! write-ahead intent, so the cursor moves exactly when its records land: after a crash the
@@ -8,8 +9,29 @@
 //! second costs no disk writes.
 
 use super::*;
+use crate::residency::TransferDecision;
 use crate::workload::metering::{cut, JobCursor, JobSample, JobUsage};
-use auditor::record::{JobUsageRecord, ScratchErasedRecord};
+use auditor::record::{JobUsageRecord, ScratchErasedRecord, TransferRecord};
+
+/// One copy of data into or out of a lease's scratch as the API saw it when it ended (or was
+/// refused), for [`Node::record_transfer`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct TransferFacts {
+    /// The lease's tenant.
+    pub tenant: String,
+    /// The lease.
+    pub lease: String,
+    /// `in` (an upload) or `out` (a download or a listing).
+    pub direction: &'static str,
+    /// Bytes moved (0 when refused).
+    pub bytes: u64,
+    /// Whether it ran to its end.
+    pub complete: bool,
+    /// The client's IP address, as text.
+    pub client: String,
+    /// What the residency policy decided.
+    pub decision: TransferDecision,
+}
 
 impl Node {
     /// The meter cursor of `job`, if it is being metered.
@@ -127,6 +149,50 @@ impl Node {
         info!(
             record = id,
             tenant, lease, bytes, files_busy, "scratch erasure recorded"
+        );
+        Ok(id)
+    }
+
+    /// Records a transfer into or out of a lease's scratch, or its refusal, at node time
+    /// now, in one intent like every record. Returns the record's id.
+    pub fn record_transfer(&self, t: &TransferFacts) -> Result<u64, NodeError> {
+        for (kind, id) in [("lease", &t.lease), ("tenant", &t.tenant)] {
+            validate_id(kind, id).map_err(NodeError::BadRequest)?;
+        }
+        let _w = lock(&self.write);
+        let rec = |id| {
+            Record::Transfer(TransferRecord {
+                v: RECORD_VERSION,
+                id,
+                node: self.cfg.node.name.clone(),
+                tenant: t.tenant.clone(),
+                lease: t.lease.clone(),
+                at: rfc3339_ms(self.clock.now_ms()),
+                direction: t.direction.to_owned(),
+                bytes: t.bytes,
+                complete: t.complete,
+                client: t.client.clone(),
+                decision: if t.decision.allowed { "allow" } else { "deny" }.to_owned(),
+                policy_digest: t.decision.policy_digest.clone(),
+                rules: t.decision.rules.clone(),
+                reasons: t.decision.reasons.clone(),
+            })
+        };
+        let ids = self.append_records(|id| vec![rec(id)], Vec::new(), Vec::new())?;
+        let id = ids
+            .first()
+            .copied()
+            .ok_or_else(|| NodeError::internal("no record id"))?;
+        info!(
+            record = id,
+            tenant = %t.tenant,
+            lease = %t.lease,
+            direction = t.direction,
+            bytes = t.bytes,
+            complete = t.complete,
+            client = %t.client,
+            allowed = t.decision.allowed,
+            "transfer recorded"
         );
         Ok(id)
     }
@@ -301,6 +367,72 @@ mod tests {
             ("acme", "lease-1", 4096, true)
         );
         assert!(crate::clock::parse_time_ms(&e.at).is_ok(), "{}", e.at);
+    }
+
+    #[test]
+    fn transfers_are_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        let node = open_node(dir.path());
+        let size = node.with_ledger(|l| l.size());
+        let mut facts = TransferFacts {
+            tenant: "acme".into(),
+            lease: "lease-1".into(),
+            direction: "out",
+            bytes: 0,
+            complete: false,
+            client: "192.0.2.7".into(),
+            decision: TransferDecision {
+                allowed: false,
+                policy_digest: "sha256:00".into(),
+                rules: vec!["r1".into()],
+                reasons: vec!["denied: because".into()],
+            },
+        };
+        assert_eq!(node.record_transfer(&facts).unwrap(), size);
+        (facts.direction, facts.bytes, facts.complete) = ("in", 4096, true);
+        facts.decision = TransferDecision::upload("sha256:00");
+        assert_eq!(node.record_transfer(&facts).unwrap(), size + 1);
+        let Record::Transfer(deny) = record(&node, size) else {
+            panic!("not a transfer");
+        };
+        assert_eq!(
+            (
+                deny.direction.as_str(),
+                deny.bytes,
+                deny.complete,
+                deny.decision.as_str()
+            ),
+            ("out", 0, false, "deny")
+        );
+        assert_eq!(
+            (deny.rules, deny.client.as_str()),
+            (vec!["r1".to_owned()], "192.0.2.7")
+        );
+        assert!(crate::clock::parse_time_ms(&deny.at).is_ok(), "{}", deny.at);
+        let Record::Transfer(up) = record(&node, size + 1) else {
+            panic!("not a transfer");
+        };
+        assert_eq!(
+            (
+                up.direction.as_str(),
+                up.bytes,
+                up.complete,
+                up.decision.as_str()
+            ),
+            ("in", 4096, true, "allow")
+        );
+        assert!(up.rules.is_empty());
+        // Every record the node writes passes the auditor's checks.
+        for id in [size, size + 1] {
+            let leaf = node.with_ledger(|l| l.record(id)).unwrap().unwrap();
+            let mut totals = auditor::check::Totals::default();
+            auditor::check::check_record_line(id, &leaf, &mut totals).unwrap();
+        }
+        facts.lease = "../x".into();
+        assert!(matches!(
+            node.record_transfer(&facts),
+            Err(NodeError::BadRequest(_))
+        ));
     }
 
     /// A crash after the records were appended but before the cursor moved: reopening

@@ -3,8 +3,8 @@
 //! job writes comes back byte for byte; other tenants, auditors, bad paths, symlinks a job
 //! planted, the quota and ended leases are refused, and nothing is left half-written.
 
-use crate::create_tenants;
-use crate::jobs::{end_and_wait, jobs_node, lease, one_at_a_time, run};
+use crate::jobs::{end_and_wait, jobs_node, lease, ledger, one_at_a_time, run};
+use crate::{create_tenants, json};
 use e2e::DevNode;
 use sovctl::client::{Client, ClientError};
 use std::path::{Path, PathBuf};
@@ -42,6 +42,131 @@ async fn put_status(c: &Client, lease: &str, path: &str) -> u16 {
         Err(ClientError::Api { status, .. }) => status,
         Err(e) => panic!("{e}"),
     }
+}
+
+/// The `transfer` records of `lease`, once there are `n` (each is appended when its transfer
+/// ends, which may be just after the client saw the end).
+fn transfers(node: &DevNode, lease: &str, n: usize) -> Vec<serde_json::Value> {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let found: Vec<_> = ledger(node)
+            .into_iter()
+            .filter(|r| r["kind"] == "transfer" && r["lease"] == lease)
+            .collect();
+        if found.len() >= n {
+            assert_eq!(found.len(), n, "{found:#?}");
+            return found;
+        }
+        assert!(Instant::now() < deadline, "{found:#?}\n{}", node.log_text());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The record of `lease` going `direction`.
+fn one<'a>(recs: &'a [serde_json::Value], direction: &str) -> &'a serde_json::Value {
+    let mut it = recs.iter().filter(|r| r["direction"] == direction);
+    let r = it
+        .next()
+        .unwrap_or_else(|| panic!("no {direction}: {recs:#?}"));
+    assert!(it.next().is_none(), "two {direction}: {recs:#?}");
+    r
+}
+
+/// Every transfer is in the signed ledger, decided by the residency policy: an upload and a
+/// download of an internal lease (allowed: the dev user's loopback is the `dev-workstation`
+/// endpoint, in India) are recorded with their bytes; a download from a `public` lease is
+/// refused with 403 and the policy's reasons (the dev policy has no egress rule for public
+/// data, so it is denied by default) and recorded as `deny` with 0 bytes; the export with
+/// these records verifies offline.
+#[test]
+fn transfers_are_decided_by_the_policy_and_recorded() {
+    let _one = one_at_a_time();
+    let node = jobs_node();
+    create_tenants(&node);
+    let (la, _) = lease(&node, "hyd-speech");
+    let local = tempfile::tempdir().unwrap();
+    let src = local.path().join("data.bin");
+    random_file(&src, 1);
+    let src = src.to_str().unwrap();
+    e2e::ok(&node.sovctl("hyd-speech", &["cp", src, &format!("{la}:data.bin")]));
+    let back = local.path().join("back.bin");
+    let back_s = back.to_str().unwrap();
+    e2e::ok(&node.sovctl("hyd-speech", &["cp", &format!("{la}:data.bin"), back_s]));
+    assert_eq!(sha256(&back), sha256(Path::new(src)));
+    let recs = transfers(&node, &la, 2);
+    for dir in ["in", "out"] {
+        let r = one(&recs, dir);
+        assert_eq!(r["bytes"], 1 << 20, "{r}");
+        assert_eq!(
+            (r["decision"].as_str(), r["complete"].as_bool()),
+            (Some("allow"), Some(true)),
+            "{r}"
+        );
+        assert_eq!(
+            (r["tenant"].as_str(), r["client"].as_str()),
+            (Some("hyd-speech"), Some("127.0.0.1")),
+            "{r}"
+        );
+        assert!(
+            r["policy_digest"].as_str().unwrap().starts_with("sha256:"),
+            "{r}"
+        );
+    }
+    assert_eq!(one(&recs, "in")["rules"], serde_json::json!([]));
+    assert_eq!(
+        one(&recs, "out")["rules"],
+        serde_json::json!(["egress-stays-in-india"])
+    );
+
+    let lp = json(&node.sovctl(
+        "hyd-speech",
+        &[
+            "--json",
+            "lease",
+            "create",
+            "--tenant",
+            "hyd-speech",
+            "--gpus",
+            "1",
+            "--model",
+            "H100",
+            "--classification",
+            "public",
+        ],
+    ))["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    e2e::ok(&node.sovctl("hyd-speech", &["cp", src, &format!("{lp}:data.bin")]));
+    let denied = node.sovctl(
+        "hyd-speech",
+        &["cp", &format!("{lp}:data.bin"), &format!("{back_s}.2")],
+    );
+    refused(&denied, 1, "download denied by residency policy");
+    refused(&denied, 1, "deny by default");
+    assert!(!Path::new(&format!("{back_s}.2")).exists());
+    let recs = transfers(&node, &lp, 2);
+    assert_eq!(one(&recs, "in")["decision"], "allow");
+    let d = one(&recs, "out");
+    assert_eq!(
+        (d["decision"].as_str(), d["bytes"].as_u64()),
+        (Some("deny"), Some(0)),
+        "{d}"
+    );
+    assert!(!d["reasons"].as_array().unwrap().is_empty(), "{d}");
+
+    let out_dir = tempfile::tempdir().unwrap();
+    let export = out_dir.path().join("export");
+    let export = export.to_str().unwrap();
+    e2e::ok(&node.sovctl("auditor", &["audit", "export", "--out", export]));
+    let vkey = node.dir.join("state/log.vkey");
+    let verified = e2e::ok(&node.sovctl(
+        "",
+        &["audit", "verify", export, "--vkey", vkey.to_str().unwrap()],
+    ));
+    assert!(verified.contains("transfer 4"), "{verified}");
+    end_and_wait(&node, "hyd-speech", &la);
+    end_and_wait(&node, "hyd-speech", &lp);
 }
 
 #[test]

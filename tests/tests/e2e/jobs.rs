@@ -437,7 +437,7 @@ fn job_records(node: &DevNode, job: &str) -> Vec<Value> {
 }
 
 /// Every record of the node's signed log, as an auditor exports it.
-fn ledger(node: &DevNode) -> Vec<Value> {
+pub(crate) fn ledger(node: &DevNode) -> Vec<Value> {
     let rt = node.rt();
     let text = rt.block_on(async {
         let au = node.client("auditor").await.unwrap();
