@@ -180,6 +180,37 @@ pub trait Firewall: Send + Sync {
     fn list(&self) -> impl Future<Output = Result<Vec<ExistingLease>, EgressError>> + Send;
 }
 
+/// A shared firewall is a firewall (a test keeps a handle on the fake it gave the controller).
+impl<F: Firewall> Firewall for std::sync::Arc<F> {
+    fn create(
+        &self,
+        lease: &str,
+        allow: &EgressAllowList,
+    ) -> impl Future<Output = Result<LeaseNetwork, EgressError>> + Send {
+        (**self).create(lease, allow)
+    }
+
+    fn update(
+        &self,
+        lease: &str,
+        allow: &EgressAllowList,
+    ) -> impl Future<Output = Result<(), EgressError>> + Send {
+        (**self).update(lease, allow)
+    }
+
+    fn counters(&self, lease: &str) -> impl Future<Output = Result<Bytes, EgressError>> + Send {
+        (**self).counters(lease)
+    }
+
+    fn remove(&self, lease: &str) -> impl Future<Output = Result<(), EgressError>> + Send {
+        (**self).remove(lease)
+    }
+
+    fn list(&self) -> impl Future<Output = Result<Vec<ExistingLease>, EgressError>> + Send {
+        (**self).list()
+    }
+}
+
 /// Checks a lease id: names of namespaces, interfaces and nft objects are derived from it, so
 /// it must not carry anything a command line or an nft script would read as syntax.
 pub fn validate_lease(lease: &str) -> Result<(), EgressError> {

@@ -1,0 +1,521 @@
+//! The jobs controller against a fake `org.freedesktop.systemd1` on a private `dbus-daemon`
+//! (the real zbus adapter and wire types), with the in-memory network and scratch fakes: every
+//! failure path (start refused, unit failed, bus gone, reload storm) gives a clear error and
+//! leaves no unit, network or scratch behind once the lease is over.
+
+use hostd::clock::Clock;
+use hostd::config::{Config, WorkloadConfig};
+use hostd::lease::Lease;
+use hostd::node::{Node, NodeError};
+use hostd::residency::Residency;
+use hostd::state::Store;
+use hostd::workload::egress::{FirewallCall, Ipv4Pool, MemFirewall};
+use hostd::workload::runner::{Jobs, Paths};
+use hostd::workload::scratch::{Call, MemScratch};
+use hostd::workload::units::Systemd;
+use hostd_api::job::{JobState, NewJob};
+use hostd_api::lease::LeaseState;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use zbus::object_server::SignalEmitter;
+use zbus::zvariant::{OwnedObjectPath, OwnedValue};
+
+/// How the fake's next unit behaves.
+#[derive(Debug, Clone, Copy)]
+enum Outcome {
+    /// Runs until stopped.
+    Runs,
+    /// Has already failed with exit status 3 when first read.
+    Exits3,
+}
+
+#[derive(Debug, Clone)]
+struct UnitState {
+    active: String,
+    result: String,
+    code: i32,
+    status: i32,
+}
+
+type Units = Arc<Mutex<BTreeMap<String, (OwnedObjectPath, Arc<Mutex<UnitState>>)>>>;
+
+#[derive(Default)]
+struct Seen {
+    refs: Vec<String>,
+    unrefs: Vec<String>,
+    set_properties: Vec<String>,
+}
+
+struct FakeManager {
+    units: Units,
+    seen: Arc<Mutex<Seen>>,
+    refuse: Arc<AtomicBool>,
+    outcome: Arc<Mutex<Outcome>>,
+}
+
+#[derive(Debug, zbus::DBusError)]
+#[zbus(prefix = "org.freedesktop.systemd1")]
+enum SystemdError {
+    #[zbus(error)]
+    ZBus(zbus::Error),
+    NoSuchUnit(String),
+    UnitExists(String),
+}
+
+#[zbus::interface(name = "org.freedesktop.systemd1.Manager")]
+impl FakeManager {
+    async fn start_transient_unit(
+        &self,
+        name: String,
+        _mode: String,
+        _properties: Vec<(String, OwnedValue)>,
+        _aux: Vec<(String, Vec<(String, OwnedValue)>)>,
+        #[zbus(object_server)] server: &zbus::ObjectServer,
+    ) -> Result<OwnedObjectPath, SystemdError> {
+        if self.refuse.load(Ordering::SeqCst) {
+            return Err(SystemdError::UnitExists(format!(
+                "Unit {name} was already loaded or has a fragment file."
+            )));
+        }
+        let n = self.units.lock().unwrap().len();
+        let path =
+            OwnedObjectPath::try_from(format!("/org/freedesktop/systemd1/unit/u{n}")).unwrap();
+        let state = match *self.outcome.lock().unwrap() {
+            Outcome::Runs => UnitState {
+                active: "active".into(),
+                result: "success".into(),
+                code: 0,
+                status: 0,
+            },
+            Outcome::Exits3 => UnitState {
+                active: "failed".into(),
+                result: "exit-code".into(),
+                code: 1,
+                status: 3,
+            },
+        };
+        let state = Arc::new(Mutex::new(state));
+        server
+            .at(&path, FakeUnit(state.clone()))
+            .await
+            .map_err(SystemdError::ZBus)?;
+        server
+            .at(&path, FakeService(state.clone()))
+            .await
+            .map_err(SystemdError::ZBus)?;
+        self.units.lock().unwrap().insert(name, (path, state));
+        Ok(OwnedObjectPath::try_from("/org/freedesktop/systemd1/job/1").unwrap())
+    }
+
+    async fn stop_unit(
+        &self,
+        name: String,
+        _mode: String,
+    ) -> Result<OwnedObjectPath, SystemdError> {
+        let units = self.units.lock().unwrap();
+        let (_, state) = units
+            .get(&name)
+            .ok_or(SystemdError::NoSuchUnit(name.clone()))?;
+        *state.lock().unwrap() = UnitState {
+            active: "inactive".into(),
+            result: "success".into(),
+            code: 2,
+            status: 15,
+        };
+        Ok(OwnedObjectPath::try_from("/org/freedesktop/systemd1/job/2").unwrap())
+    }
+
+    async fn get_unit(&self, name: String) -> Result<OwnedObjectPath, SystemdError> {
+        self.units
+            .lock()
+            .unwrap()
+            .get(&name)
+            .map(|(p, _)| p.clone())
+            .ok_or(SystemdError::NoSuchUnit(format!("Unit {name} not loaded.")))
+    }
+
+    async fn set_unit_properties(
+        &self,
+        name: String,
+        _runtime: bool,
+        _properties: Vec<(String, OwnedValue)>,
+    ) {
+        self.seen.lock().unwrap().set_properties.push(name);
+    }
+
+    async fn ref_unit(&self, name: String) {
+        self.seen.lock().unwrap().refs.push(name);
+    }
+
+    async fn unref_unit(&self, name: String) {
+        self.seen.lock().unwrap().unrefs.push(name);
+    }
+
+    #[allow(clippy::type_complexity)]
+    async fn list_units_by_patterns(
+        &self,
+        _states: Vec<String>,
+        _patterns: Vec<String>,
+    ) -> Vec<(
+        String,
+        String,
+        String,
+        String,
+        String,
+        String,
+        OwnedObjectPath,
+        u32,
+        String,
+        OwnedObjectPath,
+    )> {
+        let root = OwnedObjectPath::try_from("/").unwrap();
+        self.units
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(n, (p, s))| {
+                let s = s.lock().unwrap();
+                (
+                    n.clone(),
+                    String::new(),
+                    "loaded".into(),
+                    s.active.clone(),
+                    String::new(),
+                    String::new(),
+                    p.clone(),
+                    0,
+                    String::new(),
+                    root.clone(),
+                )
+            })
+            .collect()
+    }
+
+    async fn subscribe(&self) {}
+
+    #[zbus(signal)]
+    async fn reloading(emitter: &SignalEmitter<'_>, active: bool) -> zbus::Result<()>;
+}
+
+struct FakeUnit(Arc<Mutex<UnitState>>);
+
+#[zbus::interface(name = "org.freedesktop.systemd1.Unit")]
+impl FakeUnit {
+    #[zbus(property)]
+    fn active_state(&self) -> String {
+        self.0.lock().unwrap().active.clone()
+    }
+}
+
+struct FakeService(Arc<Mutex<UnitState>>);
+
+#[zbus::interface(name = "org.freedesktop.systemd1.Service")]
+impl FakeService {
+    #[zbus(property)]
+    fn result(&self) -> String {
+        self.0.lock().unwrap().result.clone()
+    }
+    #[zbus(property)]
+    fn exec_main_code(&self) -> i32 {
+        self.0.lock().unwrap().code
+    }
+    #[zbus(property)]
+    fn exec_main_status(&self) -> i32 {
+        self.0.lock().unwrap().status
+    }
+    #[zbus(property, name = "CPUUsageNSec")]
+    fn cpu_usage_nsec(&self) -> u64 {
+        1_000_000
+    }
+    #[zbus(property)]
+    fn device_allow(&self) -> Vec<(String, String)> {
+        vec![("/dev/nvidiactl".into(), "rw".into())]
+    }
+}
+
+/// A private bus, killed when dropped.
+struct Bus {
+    child: Child,
+    address: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Bus {
+    fn start() -> Bus {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("bus");
+        let address = format!("unix:path={}", sock.display());
+        let child = Command::new("dbus-daemon")
+            .args(["--session", "--nofork", "--address"])
+            .arg(&address)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("dbus-daemon (Debian package dbus) is needed for this test");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !sock.exists() {
+            assert!(Instant::now() < deadline, "dbus-daemon did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Bus {
+            child,
+            address,
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for Bus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+struct Fixture {
+    bus: Option<Bus>,
+    _server: zbus::Connection,
+    units: Units,
+    seen: Arc<Mutex<Seen>>,
+    refuse: Arc<AtomicBool>,
+    outcome: Arc<Mutex<Outcome>>,
+    node: Arc<Node>,
+    scratch: Arc<MemScratch>,
+    _dirs: Vec<tempfile::TempDir>,
+    work: PathBuf,
+    root: PathBuf,
+}
+
+fn open_node(dir: &Path) -> Node {
+    let text = format!(
+        "[node]\nname = \"node-1\"\njurisdiction = \"IN-TG\"\nfacility = \"hyd-1\"\n[state]\ndir = \"{}\"\n",
+        dir.display()
+    );
+    let cfg = Config::from_toml(&text, &dir.join("hostd.toml")).unwrap();
+    let store = Store::open_stopped(dir).unwrap();
+    let signer = attest::note::NoteSigner::from_seed("node-1/usage", &[9; 32]).unwrap();
+    let ledger = hostd::ledger::Ledger::open(store.db(), signer).unwrap();
+    let lib = hostd::gpu::sim_library_path().unwrap();
+    let gpus = hostd::gpu::Gpus::open(Some(&lib)).unwrap();
+    Node::open(cfg, Clock::real(), store, ledger, gpus, Residency::none()).unwrap()
+}
+
+async fn fixture() -> Fixture {
+    let bus = Bus::start();
+    let units: Units = Arc::default();
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let refuse = Arc::new(AtomicBool::new(false));
+    let outcome = Arc::new(Mutex::new(Outcome::Runs));
+    let fake = FakeManager {
+        units: units.clone(),
+        seen: seen.clone(),
+        refuse: refuse.clone(),
+        outcome: outcome.clone(),
+    };
+    let server = zbus::connection::Builder::address(bus.address.as_str())
+        .unwrap()
+        .name("org.freedesktop.systemd1")
+        .unwrap()
+        .serve_at("/org/freedesktop/systemd1", fake)
+        .unwrap()
+        .build()
+        .await
+        .unwrap();
+    // Not under /tmp: the controller refuses a work directory every job's PrivateTmp hides.
+    let parent = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    std::fs::create_dir_all(&parent).unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir_in(&parent).unwrap();
+    let root = tempfile::tempdir_in(&parent).unwrap();
+    for f in ["bin/true", "dev/nvidiactl"] {
+        let p = root.path().join(f);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, "").unwrap();
+    }
+    let scratch_root = work.path().join("scratch");
+    std::fs::create_dir_all(&scratch_root).unwrap();
+    Fixture {
+        node: Arc::new(open_node(state.path())),
+        scratch: Arc::new(MemScratch::new(scratch_root)),
+        work: work.path().to_owned(),
+        root: root.path().to_owned(),
+        _dirs: vec![state, work, root],
+        bus: Some(bus),
+        _server: server,
+        units,
+        seen,
+        refuse,
+        outcome,
+    }
+}
+
+type TestJobs = Jobs<Systemd, Arc<MemFirewall>>;
+
+async fn controller(f: &Fixture, firewall: Arc<MemFirewall>) -> Arc<TestJobs> {
+    let address = f.bus.as_ref().unwrap().address.clone();
+    let systemd = Systemd::connect(&address).await.unwrap();
+    let cfg = WorkloadConfig {
+        work_dir: f.work.clone(),
+        ..WorkloadConfig::default()
+    };
+    let paths = Paths {
+        work: f.work.clone(),
+        system_root: f.root.clone(),
+        sim_control: None,
+    };
+    let jobs = Jobs::new(
+        systemd,
+        firewall,
+        f.scratch.clone(),
+        f.node.clone(),
+        cfg,
+        paths,
+    )
+    .unwrap();
+    Arc::new(jobs)
+}
+
+/// A lease the node does not know: to the controller it has ended as soon as it refreshes,
+/// which is what the leak checks need.
+fn lease(id: &str) -> Lease {
+    Lease {
+        id: id.into(),
+        tenant: "acme".into(),
+        model: "H100".into(),
+        gpus: Vec::new(),
+        classification: "internal".into(),
+        dataset: None,
+        state: LeaseState::Active,
+        started_ms: 0,
+        ended_ms: None,
+        started: String::new(),
+        ended: None,
+        rate_paise_per_hour: 0,
+        policy_digest: String::new(),
+        decision: Vec::new(),
+    }
+}
+
+fn job() -> NewJob {
+    NewJob {
+        argv: vec!["/bin/true".into()],
+        ..NewJob::default()
+    }
+}
+
+fn firewall() -> Arc<MemFirewall> {
+    Arc::new(MemFirewall::new(
+        Ipv4Pool::new(std::net::Ipv4Addr::new(10, 231, 0, 0), 16).unwrap(),
+    ))
+}
+
+/// Once the lease is over, its network and scratch are gone.
+fn nothing_left(fw: &MemFirewall, scratch: &MemScratch, lease: &str) {
+    let calls = fw.calls();
+    assert!(
+        calls
+            .iter()
+            .any(|c| matches!(c, FirewallCall::Remove { lease: l } if l == lease)),
+        "{calls:?}"
+    );
+    let s = scratch.calls();
+    assert!(
+        s.iter()
+            .any(|c| matches!(c, Call::Erase { lease: l } if l == lease)),
+        "{s:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_unit_and_a_refused_start_leave_nothing_behind() {
+    let f = fixture().await;
+    let fw = firewall();
+    let jobs = controller(&f, fw.clone()).await;
+
+    // A unit that failed: the job says how, and systemd's hold on it is let go.
+    *f.outcome.lock().unwrap() = Outcome::Exits3;
+    let j = jobs.start(&lease("lease-a"), job()).await.unwrap();
+    jobs.refresh().await.unwrap();
+    let done = jobs.get("lease-a", &j.id).unwrap();
+    assert_eq!((done.state, done.exit_code), (JobState::Exited, Some(3)));
+    let unit = format!("sovereign-job-{}.service", j.id);
+    assert!(f.seen.lock().unwrap().unrefs.contains(&unit));
+    nothing_left(&fw, &f.scratch, "lease-a");
+
+    // systemd refuses: a clear 503 for the client, the job failed, nothing started.
+    f.refuse.store(true, Ordering::SeqCst);
+    let before = f.units.lock().unwrap().len();
+    let err = jobs.start(&lease("lease-b"), job()).await.unwrap_err();
+    assert!(matches!(err, NodeError::Unavailable(_)), "{err}");
+    assert!(
+        !err.to_string().contains("fragment"),
+        "no internal text: {err}"
+    );
+    let failed = jobs.list("lease-b").unwrap();
+    assert_eq!(failed[0].state, JobState::Failed);
+    assert_eq!(failed[0].result.as_deref(), Some("start-refused"));
+    assert_eq!(f.units.lock().unwrap().len(), before);
+    jobs.refresh().await.unwrap();
+    nothing_left(&fw, &f.scratch, "lease-b");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_storm_reapplies_device_rules_and_a_vanished_bus_is_a_clear_error() {
+    let mut f = fixture().await;
+    let fw = firewall();
+    let jobs = controller(&f, fw.clone()).await;
+    let address = f.bus.as_ref().unwrap().address.clone();
+    let events = Systemd::connect(&address)
+        .await
+        .unwrap()
+        .events()
+        .await
+        .unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let runner = tokio::spawn(jobs.clone().run(events, stop_rx));
+
+    // A lease the node knows as active, so the controller keeps its job running.
+    let l = lease("lease-c");
+    let key = hostd::state::keys::LeasesKey::Lease("lease-c").key();
+    f.node
+        .store()
+        .tree("leases")
+        .unwrap()
+        .put(&key, &l)
+        .unwrap();
+    let j = jobs.start(&l, job()).await.unwrap();
+    let unit = format!("sovereign-job-{}.service", j.id);
+    // 200 reloads in a burst: the controller keeps up and re-applies the job's device rules.
+    let emitter = SignalEmitter::new(&f._server, "/org/freedesktop/systemd1").unwrap();
+    for i in 0..200 {
+        FakeManager::reloading(&emitter, i % 2 == 0).await.unwrap();
+    }
+    FakeManager::reloading(&emitter, false).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !f.seen.lock().unwrap().set_properties.contains(&unit) {
+        assert!(Instant::now() < deadline, "device rules never re-applied");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(jobs.get("lease-c", &j.id).unwrap().state, JobState::Running);
+
+    // The bus gone: starting is a clear 503, refreshing does not fail, nothing hangs.
+    drop(f.bus.take());
+    let err = tokio::time::timeout(Duration::from_secs(10), jobs.start(&l, job()))
+        .await
+        .expect("a vanished bus must not hang a start")
+        .unwrap_err();
+    assert!(matches!(err, NodeError::Unavailable(_)), "{err}");
+    tokio::time::timeout(Duration::from_secs(10), jobs.refresh())
+        .await
+        .expect("a vanished bus must not hang a refresh")
+        .unwrap();
+    stop_tx.send(true).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), runner)
+        .await
+        .expect("the run loop stops")
+        .unwrap();
+}
