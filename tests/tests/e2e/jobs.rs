@@ -690,6 +690,13 @@ fn egress_follows_the_policy_and_scratch_is_crypto_erased_at_lease_end() {
     let out_bytes = jobs["jobs"][0]["bytes_out"].as_u64().unwrap();
     assert!(out_bytes >= sent, "job bytes_out {out_bytes}");
 
+    // Loopback inside the lease's namespace works (multi-process training needs it).
+    let server = "use IO::Socket::INET; my $s = IO::Socket::INET->new(LocalAddr => q(127.0.0.1), LocalPort => 9000, Listen => 1, ReuseAddr => 1) or die; my $c = $s->accept; print $c qq(local ok\\n); close $c";
+    let script = format!(
+        "/usr/bin/perl -e '{server}' & sleep 0.5; timeout 5 bash -c \"exec 3<>/dev/tcp/127.0.0.1/9000 && cat <&3\"; wait"
+    );
+    let (_, out) = run(&node, "hyd-speech", &la, &script);
+    assert!(out.contains("local ok"), "{out}");
     service_port(&node, &la);
     scratch_is_crypto_erased(&node, &la);
 }
