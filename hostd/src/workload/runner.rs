@@ -76,6 +76,9 @@ pub struct Jobs<U, F> {
     reapply: Mutex<BTreeSet<String>>,
     #[cfg(feature = "dev")]
     sim: Option<Mutex<super::simload::SimLoad>>,
+    /// Per running job: the UTC hour it was last metered in, and its memory peak since the
+    /// last cut.
+    metering: Mutex<BTreeMap<String, (i64, u64)>>,
     /// Published service ports of running jobs, by job key; dropping one closes it.
     ports: Mutex<BTreeMap<String, ServicePort>>,
     /// Asks the run loop for a refresh now (a lease ended).
@@ -144,6 +147,7 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
             reapply: Mutex::default(),
             poke: tokio::sync::Notify::new(),
             ports: Mutex::default(),
+            metering: Mutex::default(),
             #[cfg(feature = "dev")]
             sim,
             write: tokio::sync::Mutex::new(()),
@@ -286,7 +290,7 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
 
     /// Cuts the job's use into job-usage records: whole UTC hours as they pass, the rest when
     /// it ends. Inside an hour nothing is written.
-    async fn meter(&self, s: &StoredJob, memory_bytes: u64) -> Result<(), NodeError> {
+    async fn meter(&self, s: &StoredJob, memory_bytes: u64) -> Result<Vec<u64>, NodeError> {
         let j = &s.job;
         let sample = JobSample {
             cpu_ns: j.cpu_ns,
@@ -302,8 +306,7 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
         let id = j.id.clone();
         tokio::task::spawn_blocking(move || node.meter_job(&id, &sample, ended))
             .await
-            .map_err(|e| internal("metering a job", e))??;
-        Ok(())
+            .map_err(|e| internal("metering a job", e))?
     }
 
     async fn readopt(&self, s: &StoredJob) {
@@ -661,6 +664,7 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
     }
 
     async fn refresh_one(&self, s: &mut StoredJob) -> Result<(), NodeError> {
+        let before = s.clone();
         let now = self.node.clock().now_ms();
         let status = match self.units.status(&s.unit).await {
             Ok(st) => st,
@@ -678,16 +682,49 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
             self.stop_if_lease_ended(s).await?;
         }
         let memory = status.as_ref().and_then(|st| st.memory_bytes).unwrap_or(0);
-        if let Err(e) = self.meter(s, memory).await {
+        if let Err(e) = self.meter_if_due(s, memory, now).await {
             // The cursor has not moved: the next refresh cuts the same span again.
             warn!(job = %s.job.id, error = %e, "metering the job failed; retrying");
-            self.tree.put(&s.key(), s)?;
-            return Ok(());
-        }
-        if s.job.state.is_final() {
+        } else if s.job.state.is_final() {
             self.finish(s).await;
         }
-        self.tree.put(&s.key(), s)?;
+        // A running job whose counters did not move costs no write.
+        if *s != before {
+            self.tree.put(&s.key(), s)?;
+        }
+        Ok(())
+    }
+
+    /// Meters the job when a cut may be due: at its end, and the first time it is seen in an
+    /// hour (whole hours are cut then). Between, only the memory peak since the last cut is
+    /// kept, in memory: systemd 252 keeps none, and sampling it every refresh is the peak.
+    async fn meter_if_due(
+        &self,
+        s: &StoredJob,
+        memory_bytes: u64,
+        now_ms: i64,
+    ) -> Result<(), NodeError> {
+        let key = s.key();
+        let hour = now_ms.div_euclid(3_600_000);
+        let peak = {
+            let mut m = lock(&self.metering);
+            let e = m.entry(key.clone()).or_insert((i64::MIN, 0));
+            e.1 = e.1.max(memory_bytes);
+            if e.0 == hour && !s.job.state.is_final() {
+                return Ok(());
+            }
+            e.1
+        };
+        let ids = self.meter(s, peak).await?;
+        let mut m = lock(&self.metering);
+        if s.job.state.is_final() {
+            m.remove(&key);
+        } else if let Some(e) = m.get_mut(&key) {
+            e.0 = hour;
+            if !ids.is_empty() {
+                e.1 = memory_bytes;
+            }
+        }
         Ok(())
     }
 
