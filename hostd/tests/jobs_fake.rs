@@ -3,6 +3,9 @@
 //! failure path (start refused, unit failed, bus gone, reload storm) gives a clear error and
 //! leaves no unit, network or scratch behind once the lease is over.
 
+#[path = "common/bus.rs"]
+mod bus;
+use bus::Bus;
 use hostd::clock::Clock;
 use hostd::config::{Config, WorkloadConfig};
 use hostd::lease::Lease;
@@ -17,7 +20,6 @@ use hostd_api::job::{JobState, NewJob};
 use hostd_api::lease::LeaseState;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -234,45 +236,6 @@ impl FakeService {
     #[zbus(property)]
     fn device_allow(&self) -> Vec<(String, String)> {
         vec![("/dev/nvidiactl".into(), "rw".into())]
-    }
-}
-
-/// A private bus, killed when dropped.
-struct Bus {
-    child: Child,
-    address: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Bus {
-    fn start() -> Bus {
-        let dir = tempfile::tempdir().unwrap();
-        let sock = dir.path().join("bus");
-        let address = format!("unix:path={}", sock.display());
-        let child = Command::new("dbus-daemon")
-            .args(["--session", "--nofork", "--address"])
-            .arg(&address)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("dbus-daemon (Debian package dbus) is needed for this test");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !sock.exists() {
-            assert!(Instant::now() < deadline, "dbus-daemon did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Bus {
-            child,
-            address,
-            _dir: dir,
-        }
-    }
-}
-
-impl Drop for Bus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -3,10 +3,12 @@
 //! NVML at its C ABI. The properties arrive with the types systemd 252 introspects; refusals
 //! and a vanished bus are clear errors, never a panic.
 
+#[path = "common/bus.rs"]
+mod bus;
+use bus::Bus;
 use hostd::workload::sandbox::{JobSandbox, Limits};
 use hostd::workload::units::{Systemd, UnitError, UnitManager};
 use std::collections::BTreeMap;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -39,45 +41,6 @@ impl FakeManager {
 
     async fn stop_unit(&self, _name: String, _mode: String) -> zbus::fdo::Result<OwnedObjectPath> {
         Ok(OwnedObjectPath::try_from("/org/freedesktop/systemd1/job/2").unwrap())
-    }
-}
-
-/// A private session bus, killed when dropped.
-struct Bus {
-    child: Child,
-    address: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Bus {
-    fn start() -> Bus {
-        let dir = tempfile::tempdir().unwrap();
-        let sock = dir.path().join("bus");
-        let address = format!("unix:path={}", sock.display());
-        let child = Command::new("dbus-daemon")
-            .args(["--session", "--nofork", "--address"])
-            .arg(&address)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("dbus-daemon (Debian package dbus) is needed for this test");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !sock.exists() {
-            assert!(Instant::now() < deadline, "dbus-daemon did not start");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Bus {
-            child,
-            address,
-            _dir: dir,
-        }
-    }
-}
-
-impl Drop for Bus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -11,7 +11,6 @@
 use e2e::DevNode;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 fn now_ns() -> u128 {
@@ -136,33 +135,12 @@ fn bare_latency(node: &DevNode, scratch: &Path) -> f64 {
     for i in 0..30 {
         let f = scratch.join(format!("bare-{i}"));
         let sent = now_ns();
-        let out = Command::new("busctl")
-            .arg(format!("--address={bus}"))
-            .args([
-                "--",
-                "call",
-                "org.freedesktop.systemd1",
-                "/org/freedesktop/systemd1",
-                "org.freedesktop.systemd1.Manager",
-                "StartTransientUnit",
-                "ssa(sv)a(sa(sv))",
-                &format!("bench-bare-{i}.service"),
-                "fail",
-                "1",
-                "ExecStart",
-                "a(sasb)",
-                "1",
-                "/bin/sh",
-                "3",
-                "/bin/sh",
-                "-c",
-                &format!("date +%s%N > {}", f.display()),
-                "false",
-                "0",
-            ])
-            .output()
-            .expect("busctl");
-        assert!(out.status.success(), "{out:?}");
+        e2e::start_shell_unit(
+            &bus,
+            &format!("bench-bare-{i}.service"),
+            &format!("date +%s%N > {}", f.display()),
+            &[],
+        );
         let ran = stamp(&f);
         ms.push((ran.saturating_sub(sent)) as f64 / 1e6);
     }

@@ -282,6 +282,51 @@ pub fn private_systemd(dir: &Path) -> (String, PathBuf) {
     )
 }
 
+/// Calls `method` of systemd's manager on the bus at `bus` with `busctl`'s typed arguments,
+/// e.g. `("Reload", &[])`; panics with busctl's answer when systemd refuses.
+pub fn systemd_call(bus: &str, method: &str, args: &[&str]) {
+    let out = Command::new("busctl")
+        .arg(format!("--address={bus}"))
+        .args([
+            "--",
+            "call",
+            "org.freedesktop.systemd1",
+            "/org/freedesktop/systemd1",
+            "org.freedesktop.systemd1.Manager",
+            method,
+        ])
+        .args(args)
+        .output()
+        .expect("busctl (package systemd)");
+    assert!(out.status.success(), "{method}: {out:?}");
+}
+
+/// Starts transient service `name` running `sh -c script` with extra `(sv)` properties given
+/// as busctl arguments (`["DevicePolicy", "s", "closed"]`, one property per slice).
+pub fn start_shell_unit(bus: &str, name: &str, script: &str, extra: &[&[&str]]) {
+    let count = (1 + extra.len()).to_string();
+    let mut args: Vec<&str> = vec![
+        "ssa(sv)a(sa(sv))",
+        name,
+        "fail",
+        &count,
+        "ExecStart",
+        "a(sasb)",
+        "1",
+        "/bin/sh",
+        "3",
+        "/bin/sh",
+        "-c",
+        script,
+        "false",
+    ];
+    for p in extra {
+        args.extend_from_slice(p);
+    }
+    args.push("0");
+    systemd_call(bus, "StartTransientUnit", &args);
+}
+
 /// Kills the private systemd `hostd dev` booted for jobs in `dir` (it outlives hostd on
 /// purpose, so that a restarted hostd re-adopts running jobs) and removes its cgroups.
 pub fn stop_private_systemd(dir: &Path) {

@@ -318,19 +318,7 @@ fn stop_and_lease_end(node: &DevNode, la: &str, ga: u64) {
 }
 
 fn daemon_reload(bus: &str) {
-    let out = Command::new("busctl")
-        .arg(format!("--address={bus}"))
-        .args([
-            "--",
-            "call",
-            "org.freedesktop.systemd1",
-            "/org/freedesktop/systemd1",
-            "org.freedesktop.systemd1.Manager",
-            "Reload",
-        ])
-        .output()
-        .expect("busctl (package systemd)");
-    assert!(out.status.success(), "{out:?}");
+    e2e::systemd_call(bus, "Reload", &[]);
 }
 
 #[test]
@@ -454,41 +442,16 @@ fn start_bystander(bus: &str, gpu: u64) {
     let script = format!(
         "while true; do head -c1 /dev/nvidia{gpu} 2>&1 | tail -n1 > /run/b.new; mv /run/b.new /run/bystander; sleep 0.1; done"
     );
-    let out = Command::new("busctl")
-        .arg(format!("--address={bus}"))
-        .args([
-            "--",
-            "call",
-            "org.freedesktop.systemd1",
-            "/org/freedesktop/systemd1",
-            "org.freedesktop.systemd1.Manager",
-            "StartTransientUnit",
-            "ssa(sv)a(sa(sv))",
-            "bystander.service",
-            "fail",
-            "3",
-            "ExecStart",
-            "a(sasb)",
-            "1",
-            "/bin/sh",
-            "3",
-            "/bin/sh",
-            "-c",
-            &script,
-            "false",
-            "DevicePolicy",
-            "s",
-            "closed",
-            "DeviceAllow",
-            "a(ss)",
-            "1",
-            &format!("/dev/nvidia{gpu}"),
-            "rw",
-            "0",
-        ])
-        .output()
-        .expect("busctl (package systemd)");
-    assert!(out.status.success(), "{out:?}");
+    let node = format!("/dev/nvidia{gpu}");
+    e2e::start_shell_unit(
+        bus,
+        "bystander.service",
+        &script,
+        &[
+            &["DevicePolicy", "s", "closed"],
+            &["DeviceAllow", "a(ss)", "1", &node, "rw"],
+        ],
+    );
 }
 
 fn node_scratch(node: &DevNode, lease: &str) -> PathBuf {
