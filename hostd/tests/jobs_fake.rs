@@ -319,10 +319,15 @@ async fn fixture() -> Fixture {
 type TestJobs = Jobs<Systemd, Arc<MemFirewall>>;
 
 async fn controller(f: &Fixture, firewall: Arc<MemFirewall>) -> Arc<TestJobs> {
+    controller_with(f, firewall, WorkloadConfig::default().scratch_quota_bytes).await
+}
+
+async fn controller_with(f: &Fixture, firewall: Arc<MemFirewall>, quota: u64) -> Arc<TestJobs> {
     let address = f.bus.as_ref().unwrap().address.clone();
     let systemd = Systemd::connect(&address).await.unwrap();
     let cfg = WorkloadConfig {
         work_dir: f.work.clone(),
+        scratch_quota_bytes: quota,
         ..WorkloadConfig::default()
     };
     let paths = Paths {
@@ -481,4 +486,36 @@ async fn a_reload_storm_reapplies_device_rules_and_a_vanished_bus_is_a_clear_err
         .await
         .expect("the run loop stops")
         .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_of_a_lease_over_its_scratch_quota_are_stopped_and_say_why() {
+    let f = fixture().await;
+    let jobs = controller_with(&f, firewall(), 1 << 20).await;
+    let l = lease("lease-q");
+    let key = hostd::state::keys::LeasesKey::Lease("lease-q").key();
+    f.node
+        .store()
+        .tree("leases")
+        .unwrap()
+        .put(&key, &l)
+        .unwrap();
+    let j = jobs.start(&l, job()).await.unwrap();
+    jobs.refresh().await.unwrap();
+    assert_eq!(jobs.get("lease-q", &j.id).unwrap().state, JobState::Running);
+    // The job writes past the lease's 1 MiB: hostd stops it at its next measurement.
+    let dir = f.work.join("scratch").join("lease-q");
+    std::fs::write(dir.join("big"), vec![7u8; 2 << 20]).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        jobs.refresh().await.unwrap();
+        let now = jobs.get("lease-q", &j.id).unwrap();
+        if now.state.is_final() {
+            assert_eq!(now.state, JobState::Killed);
+            assert_eq!(now.result.as_deref(), Some("scratch-quota"));
+            break;
+        }
+        assert!(Instant::now() < deadline, "the job was never stopped");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }

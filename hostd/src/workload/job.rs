@@ -25,6 +25,10 @@ pub struct StoredJob {
     /// The job's own port behind its published node port (`job.published_port`).
     #[serde(default)]
     pub published_target: Option<u16>,
+    /// Why hostd stopped it, when hostd did on its own (e.g. `scratch-quota`): shown as its
+    /// `result` once it has ended.
+    #[serde(default)]
+    pub stop_reason: Option<String>,
 }
 
 impl StoredJob {

@@ -76,6 +76,8 @@ pub struct Jobs<U, F> {
     reapply: Mutex<BTreeSet<String>>,
     #[cfg(feature = "dev")]
     sim: Option<Mutex<super::simload::SimLoad>>,
+    /// When each lease's scratch was last measured against its quota.
+    quota_checked: Mutex<BTreeMap<String, std::time::Instant>>,
     /// Per running job: the UTC hour it was last metered in, and its memory peak since the
     /// last cut.
     metering: Mutex<BTreeMap<String, (i64, u64)>>,
@@ -148,6 +150,7 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
             poke: tokio::sync::Notify::new(),
             ports: Mutex::default(),
             metering: Mutex::default(),
+            quota_checked: Mutex::default(),
             #[cfg(feature = "dev")]
             sim,
             write: tokio::sync::Mutex::new(()),
@@ -391,6 +394,7 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
             devices,
             stop_requested: false,
             published_target: None,
+            stop_reason: None,
         };
         let mut stored = stored;
         let job = self.launch(&mut stored, &props).await?;
@@ -641,7 +645,65 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
         }
         #[cfg(feature = "dev")]
         self.show_sim_load();
+        self.enforce_quotas().await?;
         self.release_ended_leases().await
+    }
+
+    /// The kernel does not enforce a per-lease quota here (no ext4 project quota on the dev
+    /// kernel), so hostd does: every [`QUOTA_EVERY`], a lease with running jobs whose scratch
+    /// holds more than its quota has its jobs stopped, with result `scratch-quota`. One lease
+    /// filling the scratch volume would otherwise starve the others.
+    async fn enforce_quotas(&self) -> Result<(), NodeError> {
+        let leases: BTreeSet<String> = lock(&self.live)
+            .iter()
+            .filter_map(|k| k.split_once('/').map(|(l, _)| l.to_owned()))
+            .collect();
+        for lease in leases {
+            let due = {
+                let mut checked = lock(&self.quota_checked);
+                let last = checked.get(&lease).copied();
+                let due = last.is_none_or(|t| t.elapsed() >= QUOTA_EVERY);
+                if due {
+                    checked.insert(lease.clone(), std::time::Instant::now());
+                }
+                due
+            };
+            if due {
+                self.enforce_quota(&lease).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn enforce_quota(&self, lease: &str) -> Result<(), NodeError> {
+        let s = self.scratch.clone();
+        let l = lease.to_owned();
+        let over = tokio::task::spawn_blocking(move || s.check_quota(&l, 0))
+            .await
+            .map_err(|e| internal("checking a scratch quota", e))?;
+        let Err(ScratchError::OverQuota { would, quota, .. }) = over else {
+            return Ok(());
+        };
+        warn!(lease = %lease, bytes = would, quota, "scratch over its quota: stopping the lease's jobs");
+        let keys: Vec<String> = lock(&self.live)
+            .iter()
+            .filter(|k| k.starts_with(&format!("{lease}/")))
+            .cloned()
+            .collect();
+        for key in keys {
+            let Some(mut s) = self.tree.get::<StoredJob>(&key)? else {
+                continue;
+            };
+            if s.stop_requested {
+                continue;
+            }
+            s.stop_reason = Some("scratch-quota".into());
+            if self.stop_unit(&mut s).await.is_err() {
+                s.stop_requested = false;
+                self.tree.put(&key, &s)?;
+            }
+        }
+        Ok(())
     }
 
     /// Dev mode: the GPUs of leases with a running job show load.
@@ -676,6 +738,9 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
         match &status {
             Some(st) => job::apply_status(&mut s.job, st, now),
             None => job::mark_lost(&mut s.job, now),
+        }
+        if s.job.state.is_final() && s.stop_reason.is_some() {
+            s.job.result = s.stop_reason.clone();
         }
         if status.as_ref().is_some_and(|st| !st.has_ended()) {
             self.keep_devices(s).await;
@@ -929,6 +994,10 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
         Ok(())
     }
 }
+
+/// How often a lease's scratch is measured against its quota while it runs jobs (measuring
+/// walks its whole tree).
+pub const QUOTA_EVERY: Duration = Duration::from_secs(10);
 
 /// A work directory under `/tmp` or `/var/tmp` is hidden from every job by its `PrivateTmp`
 /// (systemd then fails the job with 226/NAMESPACE): refused with a sentence saying so.
