@@ -404,6 +404,24 @@ pub fn stop_workloads(container: PrivateSystemd, cfg: &Config) {
         .arg("-d")
         .arg(&mnt)
         .status();
+    remove_idle_lease_table();
+}
+
+/// hostd's nftables table, when no lease network is left in it: a dev machine is left as it
+/// was found. (A node keeps it: lease networks outlive hostd.)
+fn remove_idle_lease_table() {
+    use crate::workload::egress::TABLE;
+    let Ok(out) = std::process::Command::new("nft")
+        .args(["list", "table", "inet", TABLE])
+        .output()
+    else {
+        return;
+    };
+    if out.status.success() && !String::from_utf8_lossy(&out.stdout).contains("lease_out_") {
+        let _ = std::process::Command::new("nft")
+            .args(["delete", "table", "inet", TABLE])
+            .output();
+    }
 }
 
 /// Where `ip netns` keeps lease namespaces.

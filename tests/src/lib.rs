@@ -373,6 +373,23 @@ pub fn stop_private_systemd(dir: &Path) {
     // The encrypted scratch volume (a loop device) goes with it.
     let mnt = dir.join("work/scratch-volume/mnt");
     let _ = Command::new("umount").arg("-d").arg(&mnt).status();
+    remove_idle_lease_table();
+}
+
+/// hostd's nftables table, once no lease network is left in it (the jobs tests run one node at
+/// a time, so no other node is using it).
+fn remove_idle_lease_table() {
+    let Ok(out) = Command::new("nft")
+        .args(["list", "table", "inet", "sovereign_host"])
+        .output()
+    else {
+        return;
+    };
+    if out.status.success() && !String::from_utf8_lossy(&out.stdout).contains("lease_out_") {
+        let _ = Command::new("nft")
+            .args(["delete", "table", "inet", "sovereign_host"])
+            .output();
+    }
 }
 
 /// Whether any process is left in the cgroup tree at `dir`.
