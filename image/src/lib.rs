@@ -1,5 +1,9 @@
 //! # image — the hardened host image
 //!
 //! Builds the immutable image that runs `hostd`, computes its reference measurements for the
-//! verifier in `attest`, and boots it under qemu. Filled in by the image issue.
+//! verifier in `attest`, and boots it under qemu (issue 12). What exists so far:
+//! - [`measure`]: the PCR 11 prediction for a unified kernel image, systemd-measure's
+//!   algorithm, checked against systemd-measure itself.
 #![forbid(unsafe_code)]
+
+pub mod measure;
