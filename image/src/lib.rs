@@ -6,4 +6,5 @@
 //!   algorithm, checked against systemd-measure itself.
 #![forbid(unsafe_code)]
 
+pub mod cpio;
 pub mod measure;
