@@ -368,6 +368,19 @@ fn lease(id: &str) -> Lease {
     }
 }
 
+/// A lease the node knows as active, so the controller keeps its jobs running.
+fn known_lease(f: &Fixture, id: &str) -> Lease {
+    let l = lease(id);
+    let key = hostd::state::keys::LeasesKey::Lease(id).key();
+    f.node
+        .store()
+        .tree("leases")
+        .unwrap()
+        .put(&key, &l)
+        .unwrap();
+    l
+}
+
 fn job() -> NewJob {
     NewJob {
         argv: vec!["/bin/true".into()],
@@ -446,15 +459,7 @@ async fn a_reload_storm_reapplies_device_rules_and_a_vanished_bus_is_a_clear_err
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let runner = tokio::spawn(jobs.clone().run(events, stop_rx));
 
-    // A lease the node knows as active, so the controller keeps its job running.
-    let l = lease("lease-c");
-    let key = hostd::state::keys::LeasesKey::Lease("lease-c").key();
-    f.node
-        .store()
-        .tree("leases")
-        .unwrap()
-        .put(&key, &l)
-        .unwrap();
+    let l = known_lease(&f, "lease-c");
     let j = jobs.start(&l, job()).await.unwrap();
     let unit = format!("sovereign-job-{}.service", j.id);
     // 200 reloads in a burst: the controller keeps up and re-applies the job's device rules.
@@ -492,14 +497,7 @@ async fn a_reload_storm_reapplies_device_rules_and_a_vanished_bus_is_a_clear_err
 async fn jobs_of_a_lease_over_its_scratch_quota_are_stopped_and_say_why() {
     let f = fixture().await;
     let jobs = controller_with(&f, firewall(), 1 << 20).await;
-    let l = lease("lease-q");
-    let key = hostd::state::keys::LeasesKey::Lease("lease-q").key();
-    f.node
-        .store()
-        .tree("leases")
-        .unwrap()
-        .put(&key, &l)
-        .unwrap();
+    let l = known_lease(&f, "lease-q");
     let j = jobs.start(&l, job()).await.unwrap();
     jobs.refresh().await.unwrap();
     assert_eq!(jobs.get("lease-q", &j.id).unwrap().state, JobState::Running);

@@ -214,12 +214,7 @@ impl<F: Firewall> Firewall for std::sync::Arc<F> {
 /// Checks a lease id: names of namespaces, interfaces and nft objects are derived from it, so
 /// it must not carry anything a command line or an nft script would read as syntax.
 pub fn validate_lease(lease: &str) -> Result<(), EgressError> {
-    let ok = !lease.is_empty()
-        && lease.len() <= MAX_LEASE_ID
-        && lease
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    if ok {
+    if super::is_lease_name(lease, MAX_LEASE_ID) {
         Ok(())
     } else {
         Err(EgressError::InvalidLease {

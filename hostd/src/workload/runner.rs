@@ -479,11 +479,7 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
     }
 
     fn check_capacity(&self, lease: &str) -> Result<(), NodeError> {
-        let prefix = format!("{lease}/");
-        let running = lock(&self.live)
-            .iter()
-            .filter(|k| k.starts_with(&prefix))
-            .count();
+        let running = self.live_jobs_of(lease).len();
         if running >= self.cfg.max_jobs_per_lease {
             return Err(NodeError::Busy(format!(
                 "lease {lease} already runs {running} jobs (at most {})",
@@ -654,11 +650,7 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
     /// holds more than its quota has its jobs stopped, with result `scratch-quota`. One lease
     /// filling the scratch volume would otherwise starve the others.
     async fn enforce_quotas(&self) -> Result<(), NodeError> {
-        let leases: BTreeSet<String> = lock(&self.live)
-            .iter()
-            .filter_map(|k| k.split_once('/').map(|(l, _)| l.to_owned()))
-            .collect();
-        for lease in leases {
+        for lease in self.live_leases() {
             let due = {
                 let mut checked = lock(&self.quota_checked);
                 let last = checked.get(&lease).copied();
@@ -685,12 +677,7 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
             return Ok(());
         };
         warn!(lease = %lease, bytes = would, quota, "scratch over its quota: stopping the lease's jobs");
-        let keys: Vec<String> = lock(&self.live)
-            .iter()
-            .filter(|k| k.starts_with(&format!("{lease}/")))
-            .cloned()
-            .collect();
-        for key in keys {
+        for key in self.live_jobs_of(lease) {
             let Some(mut s) = self.tree.get::<StoredJob>(&key)? else {
                 continue;
             };
@@ -710,10 +697,7 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
     #[cfg(feature = "dev")]
     fn show_sim_load(&self) {
         let Some(sim) = &self.sim else { return };
-        let running: BTreeSet<String> = lock(&self.live)
-            .iter()
-            .filter_map(|k| k.split_once('/').map(|(l, _)| l.to_owned()))
-            .collect();
+        let running = self.live_leases();
         let leases: BTreeMap<String, Vec<u32>> = running
             .iter()
             .filter_map(|l| self.node.lease(l).ok())
@@ -814,12 +798,7 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
         if s.stop_requested {
             return Ok(());
         }
-        let ended = match self.node.lease(&s.job.lease) {
-            Ok(l) => l.state == LeaseState::Ended,
-            Err(NodeError::NotFound(_)) => true,
-            Err(e) => return Err(e),
-        };
-        if ended {
+        if self.lease_has_ended(&s.job.lease)? {
             info!(lease = %s.job.lease, job = %s.job.id, "lease ended: stopping its job");
             // A failure is retried on the next tick (stop_requested stays unset).
             if self.stop_unit(s).await.is_err() {
@@ -921,21 +900,42 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
         Ok(uid)
     }
 
+    /// Keys of the running jobs of `lease` (live keys are `<lease>/<job>`).
+    fn live_jobs_of(&self, lease: &str) -> Vec<String> {
+        let prefix = format!("{lease}/");
+        lock(&self.live)
+            .iter()
+            .filter(|k| k.starts_with(&prefix))
+            .cloned()
+            .collect()
+    }
+
+    /// Leases with a running job.
+    fn live_leases(&self) -> BTreeSet<String> {
+        lock(&self.live)
+            .iter()
+            .filter_map(|k| k.split_once('/').map(|(l, _)| l.to_owned()))
+            .collect()
+    }
+
+    /// Whether `lease` has ended; a lease the node does not know has nothing left to run for.
+    fn lease_has_ended(&self, lease: &str) -> Result<bool, NodeError> {
+        match self.node.lease(lease) {
+            Ok(l) => Ok(l.state == LeaseState::Ended),
+            Err(NodeError::NotFound(_)) => Ok(true),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Leases that have ended and run nothing more give their uid back, and their logs and
     /// scratch are deleted: a tenant's data does not outlive its lease.
     async fn release_ended_leases(&self) -> Result<(), NodeError> {
         let holders = lock(&self.uids).leases();
         for lease in holders {
-            let prefix = format!("{lease}/");
-            if lock(&self.live).iter().any(|k| k.starts_with(&prefix)) {
+            if !self.live_jobs_of(&lease).is_empty() {
                 continue;
             }
-            let ended = match self.node.lease(&lease) {
-                Ok(l) => l.state == LeaseState::Ended,
-                Err(NodeError::NotFound(_)) => true,
-                Err(e) => return Err(e),
-            };
-            if ended {
+            if self.lease_has_ended(&lease)? {
                 self.erase_scratch(&lease).await?;
                 if let Err(e) = self.firewall.remove(&lease).await {
                     warn!(lease = %lease, error = %e, "cannot remove the lease's network; retrying");

@@ -153,12 +153,7 @@ pub trait Scratch: Send + Sync {
 /// Checks that `lease` is safe as one path component: `[A-Za-z0-9_-]{1,64}`, so no `..`, `/`
 /// or NUL can take a path out of the root.
 pub fn validate_lease(lease: &str) -> Result<(), ScratchError> {
-    let ok = !lease.is_empty()
-        && lease.len() <= MAX_LEASE_LEN
-        && lease
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    if ok {
+    if super::is_lease_name(lease, MAX_LEASE_LEN) {
         Ok(())
     } else {
         Err(ScratchError::BadLease {
