@@ -18,6 +18,7 @@
 //! * [`nvidia`] — NVIDIA SPDM attestation reports and their certificate chains; [`rim`] the
 //!   reference integrity manifests with golden measurements.
 //! * [`manifest`] — signed image manifests (reference measurements of the host image).
+//! * [`tpm`] — TPM 2.0 quotes over PCRs 4, 7 and 11, signed by an enrolled attestation key.
 //! * [`verifier`] — appraisal of evidence into signed EAR-style results ([`ear`]).
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -33,4 +34,5 @@ pub mod note;
 pub mod nvidia;
 pub mod receipt;
 pub mod rim;
+pub mod tpm;
 pub mod verifier;
