@@ -99,6 +99,7 @@ fn setup() -> Setup {
 fn evidence(s: &Setup, nonce: [u8; 32], gpus: usize) -> Vec<u8> {
     let enrollment =
         s.ea.issue(EnrollmentClaims {
+            tpm_ak: None,
             node_public_key: s.node.public_key(),
             node_name: "node-fra-01".into(),
             jurisdiction: "DE".into(),
@@ -146,6 +147,7 @@ fn evidence(s: &Setup, nonce: [u8; 32], gpus: usize) -> Vec<u8> {
     let mut m = measurements();
     m.insert("ledger.checkpoint".into(), [9; 32]);
     let claims = EvidenceClaims {
+        tpm: None,
         eat_profile: EVIDENCE_PROFILE.into(),
         eat_nonce: nonce,
         ueid: s.node.ueid().to_vec(),

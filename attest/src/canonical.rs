@@ -740,6 +740,28 @@ pub mod hex_bytes {
         }
     }
 
+    /// Optional byte strings. Use with `#[serde(default, skip_serializing_if =
+    /// "Option::is_none")]`: an absent member is omitted rather than `null`, so documents
+    /// signed before the member existed keep their exact bytes (and signatures).
+    pub mod option {
+        use serde::{de::Error, Deserialize, Deserializer, Serializer};
+
+        /// Serialize `Some(bytes)` as lowercase hex (`None` as `null`, normally skipped).
+        pub fn serialize<S: Serializer>(v: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+            match v {
+                Some(bytes) => s.serialize_str(&hex::encode(bytes)),
+                None => s.serialize_none(),
+            }
+        }
+
+        /// Deserialize an optional lowercase hex string.
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+            Option::<String>::deserialize(d)?
+                .map(|s| super::parse(&s).map_err(D::Error::custom))
+                .transpose()
+        }
+    }
+
     /// Maps whose values are 32-byte digests.
     pub mod digest_map {
         use serde::{de::Error, ser::SerializeMap, Deserialize, Deserializer, Serializer};

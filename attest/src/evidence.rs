@@ -11,6 +11,7 @@
 
 use crate::canonical::{self, hex_bytes, CanonicalError};
 use crate::identity::{self, EnrollmentCertificate, NodeKey, UEID_LEN};
+use crate::tpm::QuoteClaim;
 use ed25519_dalek::Signature;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -123,12 +124,17 @@ pub struct EvidenceClaims {
     pub enrollment: EnrollmentCertificate,
     /// Issued-at, Unix seconds.
     pub iat: u64,
-    /// Named SHA-256 measurements (`kernel`, `initrd`, `cmdline`, `uki.linux`, `pcr.7`,
-    /// `hostd`, `hostd.config`, `policy`, `ledger.checkpoint`, …).
+    /// Named SHA-256 measurements (`kernel`, `initrd`, `cmdline`, `uki.linux`, `hostd`,
+    /// `hostd.config`, `policy`, `ledger.checkpoint`, …). Names `pcr.*` here are ignored by
+    /// the verifier: PCR values count only from a verified quote ([`EvidenceClaims::tpm`]).
     #[serde(with = "hex_bytes::digest_map")]
     pub measurements: BTreeMap<String, [u8; 32]>,
     /// One entry per GPU.
     pub submods: Vec<GpuClaims>,
+    /// The TPM's quote over PCRs 4, 7 and 11 answering `eat_nonce`, on nodes with a TPM.
+    /// Omitted when absent (documents from nodes without a TPM keep their exact bytes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tpm: Option<QuoteClaim>,
 }
 
 impl EvidenceClaims {
@@ -162,6 +168,9 @@ impl EvidenceClaims {
                     format!("bad measurement name {name:?}"),
                 ));
             }
+        }
+        if let Some(quote) = &self.tpm {
+            quote.validate().map_err(|e| bad("tpm", e.to_string()))?;
         }
         if self.submods.len() > MAX_GPUS {
             return Err(bad("submods", "too many GPUs".into()));

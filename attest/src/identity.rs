@@ -130,6 +130,17 @@ pub struct EnrollmentClaims {
     /// which one to check.
     #[serde(with = "hex_bytes::array")]
     pub authority_public_key: [u8; 32],
+    /// The node's TPM attestation key: its TPMT_PUBLIC bytes (see [`crate::tpm::AkPublic`]),
+    /// as `hostd tpm-ak` prints them. Binding the AK here is what makes the node's TPM quotes
+    /// evidence: the verifier checks quotes only with the key the authority vouched for.
+    /// Omitted from the encoding when absent, so certificates issued before TPM support keep
+    /// their bytes and signatures.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "hex_bytes::option"
+    )]
+    pub tpm_ak: Option<Vec<u8>>,
 }
 
 impl EnrollmentClaims {
@@ -144,6 +155,12 @@ impl EnrollmentClaims {
         check_jurisdiction(&self.jurisdiction).map_err(|r| bad("jurisdiction", r))?;
         if self.not_after < self.not_before {
             return Err(bad("not_after", "before not_before"));
+        }
+        if let Some(ak) = &self.tpm_ak {
+            crate::tpm::AkPublic::parse(ak).map_err(|e| IdentityError::InvalidField {
+                field: "tpm_ak",
+                reason: e.to_string(),
+            })?;
         }
         Ok(())
     }

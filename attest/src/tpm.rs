@@ -156,18 +156,23 @@ pub enum TpmError {
     PcrValues(String),
 }
 
-/// Bounds-checked big-endian reader over TPM marshalled bytes.
-struct Reader<'a> {
+/// Bounds-checked big-endian reader over TPM marshalled bytes: every read either returns the
+/// bytes or a [`TpmError::Truncated`] naming the field, so hostile input cannot panic a parser.
+/// Public so the node's TPM client reads command responses with the same rules.
+#[derive(Debug)]
+pub struct Reader<'a> {
     bytes: &'a [u8],
     pos: usize,
 }
 
 impl<'a> Reader<'a> {
-    fn new(bytes: &'a [u8]) -> Self {
+    /// Read `bytes` from the start.
+    pub fn new(bytes: &'a [u8]) -> Self {
         Self { bytes, pos: 0 }
     }
 
-    fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], TpmError> {
+    /// The next `n` bytes.
+    pub fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], TpmError> {
         let rest = &self.bytes[self.pos..];
         if rest.len() < n {
             return Err(TpmError::Truncated {
@@ -180,33 +185,38 @@ impl<'a> Reader<'a> {
         Ok(&rest[..n])
     }
 
-    fn u8(&mut self, what: &'static str) -> Result<u8, TpmError> {
+    /// A byte.
+    pub fn u8(&mut self, what: &'static str) -> Result<u8, TpmError> {
         Ok(self.take(1, what)?[0])
     }
 
-    fn u16(&mut self, what: &'static str) -> Result<u16, TpmError> {
+    /// A big-endian u16.
+    pub fn u16(&mut self, what: &'static str) -> Result<u16, TpmError> {
         let b = self.take(2, what)?;
         Ok(u16::from_be_bytes([b[0], b[1]]))
     }
 
-    fn u32(&mut self, what: &'static str) -> Result<u32, TpmError> {
+    /// A big-endian u32.
+    pub fn u32(&mut self, what: &'static str) -> Result<u32, TpmError> {
         let b = self.take(4, what)?;
         Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     }
 
-    fn u64(&mut self, what: &'static str) -> Result<u64, TpmError> {
+    /// A big-endian u64.
+    pub fn u64(&mut self, what: &'static str) -> Result<u64, TpmError> {
         let hi = u64::from(self.u32(what)?);
         let lo = u64::from(self.u32(what)?);
         Ok(hi << 32 | lo)
     }
 
     /// A TPM2B: u16 size, then that many bytes.
-    fn tpm2b(&mut self, what: &'static str) -> Result<&'a [u8], TpmError> {
+    pub fn tpm2b(&mut self, what: &'static str) -> Result<&'a [u8], TpmError> {
         let n = self.u16(what)?;
         self.take(usize::from(n), what)
     }
 
-    fn expect_u16(
+    /// Read a u16 that must equal `want`.
+    pub fn expect_u16(
         &mut self,
         field: &'static str,
         want: u16,
@@ -223,7 +233,13 @@ impl<'a> Reader<'a> {
         Ok(())
     }
 
-    fn finish(&self, what: &'static str) -> Result<(), TpmError> {
+    /// Bytes not read yet.
+    pub fn remaining(&self) -> usize {
+        self.bytes.len() - self.pos
+    }
+
+    /// Succeeds only if every byte was read.
+    pub fn finish(&self, what: &'static str) -> Result<(), TpmError> {
         match self.bytes.len() - self.pos {
             0 => Ok(()),
             extra => Err(TpmError::Trailing { what, extra }),
@@ -367,7 +383,8 @@ impl QuoteInfo {
     }
 }
 
-fn parse_pcr_selection(r: &mut Reader<'_>) -> Result<Vec<PcrSelection>, TpmError> {
+/// Read a TPML_PCR_SELECTION (at most 16 banks).
+pub fn parse_pcr_selection(r: &mut Reader<'_>) -> Result<Vec<PcrSelection>, TpmError> {
     let count = r.u32("TPML_PCR_SELECTION.count")?;
     if count > MAX_PCR_BANKS {
         return Err(TpmError::Unsupported {

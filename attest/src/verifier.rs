@@ -11,9 +11,16 @@
 //! | claim | affirming (2) | warning (32) | contraindicated (96) / unrecognized (97) |
 //! |---|---|---|---|
 //! | instance-identity | signature, enrollment, nonce, age all fine | — | malformed (97), bad signature, unknown authority (97), revoked, enrollment expired / not yet valid, nonce wrong / unknown / expired / reused, evidence stale or from the future |
-//! | executables | every non-configuration reference measurement equal | — | missing or different |
+//! | executables | every non-configuration reference measurement equal (`pcr.N` against the values of a verified TPM quote) | — | missing or different |
 //! | configuration | `cmdline`, `config`, `*.config`, `policy*` measurements equal | — | missing or different |
-//! | hardware | every GPU report verified and matching its RIMs | GPU not attestable (no report), no RIM for its VBIOS/driver version, RIM signer not valid now | fewer GPUs than required, report missing when required, chain/signature/FWID/nonce failure, untrusted root (97), RIM mismatch, claims disagree with the signed report |
+//! | hardware | every GPU report verified and matching its RIMs; the TPM quote (when an AK is enrolled) verified | GPU not attestable (no report), no RIM for its VBIOS/driver version, RIM signer not valid now | fewer GPUs than required, report missing when required, chain/signature/FWID/nonce failure, untrusted root (97), RIM mismatch, claims disagree with the signed report; TPM quote missing though an AK is enrolled, quote without an enrolled AK, quote signature/nonce/selection/digest failure |
+//!
+//! **PCRs.** Evidence measurements named `pcr.*` are ignored: a node that reads its PCRs from
+//! sysfs and reports them is only saying what it likes. A reference value `pcr.N` is satisfied
+//! only by the value of PCR N in a TPM quote verified with the attestation key the enrollment
+//! certificate binds ([`crate::tpm::verify_quote`]). TPM failures go to the `hardware` claim:
+//! the TPM is the node's hardware root of trust for its boot measurements, as the GPUs' SPDM
+//! reports are for theirs; the boot measurements themselves stay `executables`.
 
 use crate::canonical::CanonicalError;
 use crate::ear::{
@@ -29,6 +36,7 @@ use crate::nvidia::chain::{CertChain, ChainError, VerifiedChain};
 use crate::nvidia::spdm::SpdmReport;
 use crate::nvidia::{verify_report_with_chain, GpuReportError};
 use crate::rim::Rim;
+use crate::tpm::{self, TpmError, VerifiedPcrs};
 use ed25519_dalek::{SigningKey, VerifyingKey};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -435,7 +443,8 @@ impl Verifier {
         let node_ok = self.appraise_enrollment(claims, now, acc);
         self.appraise_freshness(claims, expected_nonce, now, nonce_state, acc);
         acc.raise(InstanceIdentity, tier::AFFIRMING);
-        self.appraise_measurements(claims, acc);
+        let quoted = appraise_tpm(claims, expected_nonce, acc);
+        self.appraise_measurements(claims, quoted.as_ref(), acc);
         self.appraise_hardware(claims, expected_nonce, &node_pk, now, acc);
 
         node_ok.then(|| NodeIdentity {
@@ -541,8 +550,14 @@ impl Verifier {
     }
 
     /// The host image: every reference measurement must be in the evidence with the same
-    /// value; configuration measurements and executables are separate claims.
-    fn appraise_measurements(&self, claims: &EvidenceClaims, acc: &mut Acc) {
+    /// value; configuration measurements and executables are separate claims. `pcr.N`
+    /// references compare with the verified quote's values only (`quoted`).
+    fn appraise_measurements(
+        &self,
+        claims: &EvidenceClaims,
+        quoted: Option<&VerifiedPcrs>,
+        acc: &mut Acc,
+    ) {
         use Claim::*;
         for (name, expected) in &self.config.reference.image.measurements {
             let claim = if is_configuration_measurement(name) {
@@ -550,14 +565,14 @@ impl Verifier {
             } else {
                 Executables
             };
-            match claims.measurements.get(name) {
-                None => acc.fail(
+            match reported_measurement(name, claims, quoted) {
+                Err(why) => acc.fail(
                     claim,
                     tier::CONTRAINDICATED,
                     "measurement-missing",
-                    format!("{name}: not in evidence"),
+                    format!("{name}: {why}"),
                 ),
-                Some(got) if got != expected => acc.fail(
+                Ok(got) if got != *expected => acc.fail(
                     claim,
                     tier::CONTRAINDICATED,
                     "measurement-mismatch",
@@ -567,7 +582,7 @@ impl Verifier {
                         hex::encode(expected)
                     ),
                 ),
-                Some(_) => acc.raise(claim, tier::AFFIRMING),
+                Ok(_) => acc.raise(claim, tier::AFFIRMING),
             }
         }
     }
@@ -794,5 +809,111 @@ impl Verifier {
         if !rim_problem {
             acc.raise(Hardware, tier::AFFIRMING);
         }
+    }
+}
+
+/// The value evidence offers for reference measurement `name`, or why there is none. `pcr.N`
+/// comes only from a verified quote, never from the node's own `measurements`.
+fn reported_measurement(
+    name: &str,
+    claims: &EvidenceClaims,
+    quoted: Option<&VerifiedPcrs>,
+) -> Result<[u8; 32], String> {
+    let Some(index) = name.strip_prefix("pcr.") else {
+        return claims
+            .measurements
+            .get(name)
+            .copied()
+            .ok_or_else(|| "not in evidence".to_string());
+    };
+    let Some(quoted) = quoted else {
+        return Err(
+            "no verified TPM quote in the evidence (PCR values the node reports itself \
+                    are not evidence)"
+                .into(),
+        );
+    };
+    index
+        .parse::<u8>()
+        .ok()
+        .and_then(|i| quoted.get(&i))
+        .copied()
+        .ok_or_else(|| {
+            format!(
+                "not covered by the TPM quote (PCRs {:?} are quoted)",
+                tpm::QUOTED_PCRS
+            )
+        })
+}
+
+/// The TPM quote: required when the enrollment binds an AK, refused without one, and verified
+/// with the enrolled AK against this challenge. Returns the PCR values it vouches for.
+fn appraise_tpm(
+    claims: &EvidenceClaims,
+    expected_nonce: &[u8; 32],
+    acc: &mut Acc,
+) -> Option<VerifiedPcrs> {
+    use Claim::Hardware;
+    let enrolled = claims.enrollment.claims.tpm_ak.as_deref();
+    let (ak_bytes, quote) = match (enrolled, &claims.tpm) {
+        (None, None) => return None,
+        (Some(_), None) => {
+            acc.fail(
+                Hardware,
+                tier::CONTRAINDICATED,
+                "tpm-quote-missing",
+                "the enrollment binds a TPM attestation key but the evidence has no quote",
+            );
+            return None;
+        }
+        (None, Some(_)) => {
+            acc.fail(
+                Hardware,
+                tier::CONTRAINDICATED,
+                "tpm-ak-not-enrolled",
+                "the evidence carries a TPM quote but the enrollment binds no attestation key \
+                 to check it with",
+            );
+            return None;
+        }
+        (Some(ak), Some(quote)) => (ak, quote),
+    };
+    let ak = match tpm::AkPublic::parse(ak_bytes) {
+        Ok(ak) => ak,
+        Err(e) => {
+            acc.fail(
+                Hardware,
+                tier::CONTRAINDICATED,
+                "tpm-ak-invalid",
+                format!("enrolled AK: {e}"),
+            );
+            return None;
+        }
+    };
+    match tpm::verify_quote(&ak, quote, expected_nonce) {
+        Ok(pcrs) => {
+            acc.raise(Hardware, tier::AFFIRMING);
+            Some(pcrs)
+        }
+        Err(e) => {
+            acc.fail(
+                Hardware,
+                tier::CONTRAINDICATED,
+                tpm_reason_code(&e),
+                e.to_string(),
+            );
+            None
+        }
+    }
+}
+
+/// Reason codes of quote failures (documented in docs/attestation.md).
+fn tpm_reason_code(e: &TpmError) -> &'static str {
+    match e {
+        TpmError::BadSignature | TpmError::BadSignatureEncoding => "tpm-quote-signature-invalid",
+        TpmError::NonceMismatch { .. } => "tpm-quote-nonce-mismatch",
+        TpmError::PcrDigestMismatch { .. } => "tpm-pcr-digest-mismatch",
+        TpmError::PcrSelection { .. } => "tpm-pcr-selection-invalid",
+        _ => "tpm-quote-malformed",
     }
 }

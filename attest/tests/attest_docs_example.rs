@@ -10,6 +10,7 @@ fn example() -> (NodeKey, attest::identity::EnrollmentCertificate, Vec<u8>) {
     let node = NodeKey::from_seed(&[2; 32]);
     let cert = ea
         .issue(EnrollmentClaims {
+            tpm_ak: None,
             node_public_key: node.public_key(),
             node_name: "node-fra-01".into(),
             jurisdiction: "DE-HE".into(),
@@ -22,6 +23,7 @@ fn example() -> (NodeKey, attest::identity::EnrollmentCertificate, Vec<u8>) {
     let mut measurements = BTreeMap::new();
     measurements.insert("kernel".to_string(), [0x11; 32]);
     let claims = EvidenceClaims {
+        tpm: None,
         eat_profile: EVIDENCE_PROFILE.into(),
         eat_nonce: [0x42; 32],
         ueid: node.ueid().to_vec(),

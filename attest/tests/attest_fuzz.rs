@@ -147,6 +147,7 @@ fn valid_evidence() -> (Verifier, Vec<u8>) {
     let node = NodeKey::from_seed(&[9; 32]);
     let enrollment = ea
         .issue(EnrollmentClaims {
+            tpm_ak: None,
             node_public_key: node.public_key(),
             node_name: "n1".into(),
             jurisdiction: "FR".into(),
@@ -159,6 +160,7 @@ fn valid_evidence() -> (Verifier, Vec<u8>) {
     let mut measurements = BTreeMap::new();
     measurements.insert("kernel".to_string(), [7u8; 32]);
     let claims = EvidenceClaims {
+        tpm: None,
         eat_profile: EVIDENCE_PROFILE.into(),
         eat_nonce: [3; 32],
         ueid: node.ueid().to_vec(),

@@ -104,6 +104,7 @@ fn signed_rim(signer: &SimRimSigner, at: u64, xml: &str) -> Rim {
 
 fn enrollment_claims(node: &NodeKey, not_before: u64, not_after: u64) -> EnrollmentClaims {
     EnrollmentClaims {
+        tpm_ak: None,
         node_public_key: node.public_key(),
         node_name: "node-fra-01".into(),
         jurisdiction: "DE-HE".into(),
@@ -215,6 +216,7 @@ impl Fx {
 
     fn claims(&self, nonce: [u8; 32], iat: u64, submods: Vec<GpuClaims>) -> EvidenceClaims {
         EvidenceClaims {
+            tpm: None,
             eat_profile: EVIDENCE_PROFILE.into(),
             eat_nonce: nonce,
             ueid: self.node.ueid().to_vec(),

@@ -380,6 +380,7 @@ impl Attester {
             });
         }
         let claims = EvidenceClaims {
+            tpm: None,
             eat_profile: attest::evidence::EVIDENCE_PROFILE.into(),
             eat_nonce: nonce,
             ueid: self.key.ueid().to_vec(),
@@ -465,6 +466,7 @@ mod tests {
         let other = NodeKey::from_seed(&[9u8; 32]);
         let ca = attest::identity::EnrollmentAuthority::from_seed(&[1u8; 32]);
         let claims = |pk: [u8; 32]| attest::identity::EnrollmentClaims {
+            tpm_ak: None,
             node_public_key: pk,
             node_name: "n".into(),
             jurisdiction: "IN-TG".into(),

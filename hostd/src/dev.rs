@@ -235,6 +235,7 @@ fn prepare_attestation(dir: &Path, cfg: &Config) -> Result<()> {
     let now = crate::attestation::unix_now();
     let cert = authority
         .issue(EnrollmentClaims {
+            tpm_ak: None,
             node_public_key: node_key.public_key(),
             node_name: cfg.node.name.clone(),
             jurisdiction: cfg.node.jurisdiction.clone(),

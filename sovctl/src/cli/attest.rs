@@ -572,6 +572,7 @@ fn enroll(args: EnrollArgs) -> CmdResult {
     let days = args.days.clamp(1, 3650);
     let cert = EnrollmentAuthority::from_seed(key.as_bytes())
         .issue(EnrollmentClaims {
+            tpm_ak: None,
             node_public_key: node_pk,
             node_name: args.node_name,
             jurisdiction: args.jurisdiction,
