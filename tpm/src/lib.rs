@@ -1,0 +1,89 @@
+//! # tpm — the node's TPM 2.0 client
+//!
+//! hostd proves what booted with a TPM 2.0 quote: the TPM signs, with an attestation key (AK)
+//! that never leaves it, a digest of PCRs 4, 7 and 11 together with the verifier's nonce.
+//! This crate speaks just enough of the TPM 2.0 command protocol (TPM 2.0 Library, Part 3) to
+//! produce that, over a [`Transport`]: the kernel's resource-managed device `/dev/tpmrm0`
+//! ([`Device`]) or a software TPM's socket ([`SwtpmSocket`]).
+//!
+//! The AK is a primary key in the endorsement hierarchy created from a fixed template
+//! ([`attest::tpm::ak_template`]): a TPM derives a primary key deterministically from its
+//! hierarchy seed and the template, so the same TPM always yields the same AK and the node
+//! stores nothing. The operator enrols its public area ([`ak_public`], `hostd tpm-ak`); the
+//! verifier checks quotes with that enrolled key only.
+//!
+//! Commands are marshalled by hand — this is protocol framing; the cryptography happens inside
+//! the TPM and, on the verifier's side, in `attest` (RustCrypto's p256). Responses are read
+//! with `attest::tpm`'s bounds-checked reader. Every call is blocking: async callers run it on
+//! a blocking thread.
+
+mod command;
+#[cfg(feature = "swtpm")]
+pub mod swtpm;
+mod transport;
+
+pub use command::{ak_public, create_ak, flush_context, pcr_extend, pcr_read, quote, quote_with};
+pub use transport::{Device, SwtpmSocket, Transport, DEFAULT_DEVICE};
+
+/// Why a TPM operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TpmError {
+    /// The TPM device or socket could not be opened.
+    #[error("opening the TPM at {path}: {source}")]
+    Open {
+        /// Device or socket path.
+        path: std::path::PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// Sending a command or reading its response failed.
+    #[error("TPM I/O while {op}: {source}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The TPM answered with an error response code (TPM 2.0 Part 2, §6.6).
+    #[error("{command}: the TPM answered response code {rc:#x}{}", rc_hint(*rc))]
+    Response {
+        /// The command.
+        command: &'static str,
+        /// The TPM_RC value.
+        rc: u32,
+    },
+    /// The response is not what the command returns.
+    #[error("{command}: malformed response: {reason}")]
+    Malformed {
+        /// The command.
+        command: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A structure in the response failed `attest::tpm`'s checks.
+    #[error("{command}: {source}")]
+    Parse {
+        /// The command.
+        command: &'static str,
+        /// The parser's error.
+        source: attest::tpm::TpmError,
+    },
+    /// PCRs kept changing between the quote and reading their values.
+    #[error("PCRs changed during each of {attempts} quote attempts")]
+    PcrsChanging {
+        /// Attempts made.
+        attempts: u32,
+    },
+}
+
+/// A sentence for the response codes an operator can act on.
+fn rc_hint(rc: u32) -> &'static str {
+    match rc {
+        0x100 => " (TPM_RC_INITIALIZE: the TPM was not started with TPM2_Startup)",
+        0x9a2 | 0x98e => " (bad authorization: the endorsement hierarchy has a password)",
+        0x902 | 0x903 => " (out of object memory: too many loaded objects)",
+        0x922 => " (TPM_RC_RETRY: the TPM is busy, try again)",
+        _ => "",
+    }
+}

@@ -1,0 +1,119 @@
+//! A software TPM for tests: `swtpm socket` on a state folder, stopped when dropped.
+//!
+//! Behind the `swtpm` feature. The state folder keeps the TPM's seeds, so a second [`Swtpm`]
+//! on the same folder is the same TPM after a restart (same AK); a fresh folder is a new TPM.
+
+use crate::transport::SwtpmSocket;
+use crate::TpmError;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long swtpm may take to open its socket.
+const START_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Why swtpm could not be started.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SwtpmError {
+    /// The program could not be run (not installed: Debian package `swtpm`).
+    #[error("running swtpm (Debian package swtpm): {0}")]
+    Spawn(std::io::Error),
+    /// It exited before its socket was ready.
+    #[error("swtpm exited during start ({status}): {stderr}")]
+    Exited {
+        /// Exit status.
+        status: std::process::ExitStatus,
+        /// What it printed.
+        stderr: String,
+    },
+    /// The socket did not accept connections in time.
+    #[error("swtpm's socket {path} not ready after {timeout:?}")]
+    Timeout {
+        /// The socket.
+        path: PathBuf,
+        /// How long was waited.
+        timeout: Duration,
+    },
+}
+
+/// A running `swtpm socket --tpm2` with its data socket at `<state>/swtpm.sock`, started
+/// (TPM2_Startup(CLEAR)) and killed when dropped.
+#[derive(Debug)]
+pub struct Swtpm {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl Swtpm {
+    /// Start swtpm on `state_dir` (created if missing; unix socket paths must stay under
+    /// 108 bytes, so keep it short) and wait, bounded, until its socket accepts connections.
+    pub fn start(state_dir: &Path) -> Result<Self, SwtpmError> {
+        std::fs::create_dir_all(state_dir).map_err(SwtpmError::Spawn)?;
+        let socket = state_dir.join("swtpm.sock");
+        let ctrl = state_dir.join("swtpm.ctrl");
+        for stale in [&socket, &ctrl] {
+            let _ = std::fs::remove_file(stale);
+        }
+        let child = Command::new("swtpm")
+            .arg("socket")
+            .arg("--tpm2")
+            .arg("--tpmstate")
+            .arg(format!("dir={}", state_dir.display()))
+            .arg("--server")
+            .arg(format!("type=unixio,path={}", socket.display()))
+            .arg("--ctrl")
+            .arg(format!("type=unixio,path={}", ctrl.display()))
+            .arg("--flags")
+            .arg("not-need-init,startup-clear")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(SwtpmError::Spawn)?;
+        let mut me = Self { child, socket };
+        me.wait_ready()?;
+        Ok(me)
+    }
+
+    fn wait_ready(&mut self) -> Result<(), SwtpmError> {
+        let started = Instant::now();
+        loop {
+            if std::os::unix::net::UnixStream::connect(&self.socket).is_ok() {
+                return Ok(());
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                let mut stderr = String::new();
+                if let Some(mut e) = self.child.stderr.take() {
+                    use std::io::Read;
+                    let _ = e.read_to_string(&mut stderr);
+                }
+                return Err(SwtpmError::Exited { status, stderr });
+            }
+            if started.elapsed() > START_TIMEOUT {
+                return Err(SwtpmError::Timeout {
+                    path: self.socket.clone(),
+                    timeout: START_TIMEOUT,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The data socket.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// A connection to the data socket (swtpm serves one connection at a time).
+    pub fn connect(&self) -> Result<SwtpmSocket, TpmError> {
+        SwtpmSocket::connect(&self.socket, Duration::from_secs(30))
+    }
+}
+
+impl Drop for Swtpm {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
