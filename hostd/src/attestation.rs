@@ -10,22 +10,26 @@
 //!   (`[attestation] enrollment_certificate`); without one the node cannot attest;
 //! * measurements (SHA-256): the running `hostd` binary, its config file, the active policy
 //!   digest, the ledger's latest signed checkpoint, and — where the machine exposes them — the
-//!   kernel command line, kernel and initrd images and TPM PCRs (SHA-256 bank). A source that
+//!   kernel command line, kernel and initrd images. A source that
 //!   is absent or unreadable is omitted, never fatal: the omission is listed in the answer's
 //!   `measurement_notes` (and logged once), and a verifier whose reference values list it
 //!   reports `measurement-missing`;
+//! * with a TPM (`[attestation] tpm`), a TPM 2.0 quote over PCRs 4, 7 and 11 answering the
+//!   nonce, signed by the TPM's attestation key (the `tpm` crate). PCR values read from sysfs
+//!   are not sent: they would be the node's own say-so, and verifiers ignore them;
 //! * one submodule per healthy GPU, with the NVIDIA SPDM report over the *derived* nonce
 //!   `SHA-256(nonce || UUID || node key)` when the GPU is in CC mode.
 //!
 //! Static measurements (binary, config, boot files) are computed once, on a background thread
 //! started when the node opens, because hashing a large binary takes a moment.
 
-use crate::config::Config;
+use crate::config::{Config, TpmSetting};
 use crate::gpu::{GpuInfo, Gpus};
 use attest::evidence::{
     gpu_nonce, CcMode, Evidence, EvidenceClaims, GpuClaims, GpuReport, HexBytes,
 };
 use attest::identity::{EnrollmentCertificate, NodeKey};
+use attest::tpm::QuoteClaim;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -39,9 +43,6 @@ pub const NODE_KEY_FILE: &str = "node.key";
 /// File name of the node identity public key (hex) in the state directory.
 pub const NODE_PUB_FILE: &str = "node.pub";
 
-/// Where TPM 2.0 PCRs of the SHA-256 bank are exposed by Linux (one hex file per index).
-const TPM_PCR_DIR: &str = "/sys/class/tpm/tpm0/pcr-sha256";
-
 #[derive(Debug, thiserror::Error)]
 pub enum AttestationError {
     #[error("node identity key {path}: {message}")]
@@ -52,6 +53,8 @@ pub enum AttestationError {
     NotEnrolled(PathBuf),
     #[error("building evidence: {0}")]
     Evidence(String),
+    #[error("the TPM configured in [attestation] tpm: {0}")]
+    Tpm(#[from] tpm::TpmError),
 }
 
 /// Loads the node identity key from `<state_dir>/node.key`, creating it (0600, from the OS
@@ -171,36 +174,7 @@ pub fn measure_static(config_file: Option<&Path>) -> StaticMeasurements {
             .notes
             .push(format!("kernel, initrd: kernel release unknown: {e}")),
     }
-    measure_pcrs(Path::new(TPM_PCR_DIR), &mut m);
     m
-}
-
-/// TPM PCRs (`pcr.<n>`): the register values themselves, not digests of them.
-fn measure_pcrs(dir: &Path, m: &mut StaticMeasurements) {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(_) => {
-            m.notes.push(format!(
-                "pcr.*: no TPM SHA-256 PCR bank at {}",
-                dir.display()
-            ));
-            return;
-        }
-    };
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let Ok(index) = name.parse::<u8>() else {
-            continue;
-        };
-        let mut v = [0u8; 32];
-        match std::fs::read_to_string(e.path()) {
-            Ok(t) if hex::decode_to_slice(t.trim(), &mut v).is_ok() => {
-                m.values.insert(format!("pcr.{index}"), v);
-            }
-            Ok(_) => m.notes.push(format!("pcr.{index}: not a SHA-256 value")),
-            Err(err) => m.notes.push(format!("pcr.{index}: {err}")),
-        }
-    }
 }
 
 enum Pending {
@@ -216,12 +190,30 @@ pub struct Collected {
     pub notes: Vec<String>,
 }
 
-/// The node's attester: identity key, enrollment, measurements.
+/// A TPM connection shared by concurrent collections: a TPM runs one command at a time, and
+/// a quote is several commands that must not interleave.
+pub type SharedTpm = Mutex<Box<dyn tpm::Transport + Send>>;
+
+/// The node's attester: identity key, enrollment, measurements, TPM.
 pub struct Attester {
     key: NodeKey,
     key_path: PathBuf,
     enrollment: Option<EnrollmentCertificate>,
     statics: Mutex<Pending>,
+    tpm: Option<SharedTpm>,
+}
+
+/// Opens the TPM `[attestation] tpm` names. `auto` without a device is no TPM; an explicit
+/// device that cannot be opened is an error, as is `auto` with a device that cannot (a node
+/// with a TPM that silently stopped quoting would look like one without).
+pub fn open_tpm(setting: &TpmSetting) -> Result<Option<SharedTpm>, AttestationError> {
+    let Some(path) = setting.device() else {
+        info!(setting = %String::from(setting.clone()), "no TPM in use: evidence carries no quote");
+        return Ok(None);
+    };
+    let device = tpm::Device::open(&path)?;
+    info!(device = %path.display(), "TPM quotes go into evidence");
+    Ok(Some(Mutex::new(Box::new(device))))
 }
 
 impl std::fmt::Debug for Attester {
@@ -229,6 +221,7 @@ impl std::fmt::Debug for Attester {
         f.debug_struct("Attester")
             .field("node_public_key", &hex::encode(self.key.public_key()))
             .field("enrolled", &self.enrollment.is_some())
+            .field("tpm", &self.tpm.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -246,6 +239,7 @@ impl Attester {
                 None
             }
         };
+        let tpm = open_tpm(&cfg.attestation.tpm)?;
         let config_file = cfg.source.clone();
         let handle = std::thread::Builder::new()
             .name("measure".into())
@@ -262,7 +256,46 @@ impl Attester {
             key_path: cfg.state.dir.join(NODE_KEY_FILE),
             enrollment,
             statics: Mutex::new(Pending::Running(handle)),
+            tpm,
         })
+    }
+
+    /// An attester from parts, with no static measurements (tests and tools that bring
+    /// their own TPM transport).
+    pub fn from_parts(
+        key: NodeKey,
+        key_path: PathBuf,
+        enrollment: Option<EnrollmentCertificate>,
+        tpm: Option<SharedTpm>,
+    ) -> Attester {
+        Attester {
+            key,
+            key_path,
+            enrollment,
+            statics: Mutex::new(Pending::Ready(Arc::default())),
+            tpm,
+        }
+    }
+
+    /// Whether evidence carries TPM quotes.
+    pub fn has_tpm(&self) -> bool {
+        self.tpm.is_some()
+    }
+
+    /// The TPM's quote answering `nonce`, or `None` without a TPM. A failing TPM is a note,
+    /// not an error: the evidence then lacks the quote, which a verifier that expects one (the
+    /// enrollment binds an AK) reports as `tpm-quote-missing`.
+    fn quote(&self, nonce: &[u8; 32], notes: &mut Vec<String>) -> Option<QuoteClaim> {
+        let shared = self.tpm.as_ref()?;
+        let mut transport = shared.lock().unwrap_or_else(|p| p.into_inner());
+        match tpm::quote(&mut **transport, nonce) {
+            Ok(q) => Some(q),
+            Err(e) => {
+                warn!(error = %e, "TPM quote failed");
+                notes.push(format!("tpm: no quote: {e}"));
+                None
+            }
+        }
     }
 
     pub fn node_public_key(&self) -> [u8; 32] {
@@ -300,10 +333,10 @@ impl Attester {
         inventory: &[GpuInfo],
         dynamic: &[(&str, [u8; 32])],
     ) -> Result<Collected, AttestationError> {
-        let enrollment = self
-            .enrollment
-            .clone()
-            .ok_or_else(|| AttestationError::NotEnrolled(self.key_path.clone()))?;
+        // Checked before GPUs are asked to sign anything.
+        if self.enrollment.is_none() {
+            return Err(AttestationError::NotEnrolled(self.key_path.clone()));
+        }
         let statics = self.statics();
         let mut notes = statics.notes.clone();
         let mut measurements = statics.values.clone();
@@ -379,8 +412,25 @@ impl Attester {
                 report,
             });
         }
+        self.build_evidence(nonce, now, measurements, submods, notes)
+    }
+
+    /// Signed evidence from gathered parts, with the TPM's quote over `nonce` when a TPM is
+    /// in use. Blocking (the TPM): call it on a blocking thread.
+    pub fn build_evidence(
+        &self,
+        nonce: [u8; 32],
+        now: u64,
+        measurements: BTreeMap<String, [u8; 32]>,
+        submods: Vec<GpuClaims>,
+        mut notes: Vec<String>,
+    ) -> Result<Collected, AttestationError> {
+        let enrollment = self
+            .enrollment
+            .clone()
+            .ok_or_else(|| AttestationError::NotEnrolled(self.key_path.clone()))?;
+        let tpm = self.quote(&nonce, &mut notes);
         let claims = EvidenceClaims {
-            tpm: None,
             eat_profile: attest::evidence::EVIDENCE_PROFILE.into(),
             eat_nonce: nonce,
             ueid: self.key.ueid().to_vec(),
@@ -388,6 +438,7 @@ impl Attester {
             iat: now,
             measurements,
             submods,
+            tpm,
         };
         let evidence = Evidence::sign(claims, &self.key)
             .and_then(|e| e.to_bytes())
@@ -488,21 +539,6 @@ mod tests {
     #[test]
     fn absent_sources_become_notes() {
         let dir = tempfile::tempdir().unwrap();
-        let mut m = StaticMeasurements::default();
-        measure_pcrs(&dir.path().join("none"), &mut m);
-        assert!(m.values.is_empty());
-        assert!(m.notes[0].contains("no TPM"), "{:?}", m.notes);
-        let pcrs = dir.path().join("pcrs");
-        std::fs::create_dir(&pcrs).unwrap();
-        std::fs::write(pcrs.join("7"), format!("{}\n", "AB".repeat(32))).unwrap();
-        std::fs::write(pcrs.join("8"), "zz\n").unwrap();
-        measure_pcrs(&pcrs, &mut m);
-        assert_eq!(m.values.get("pcr.7"), Some(&[0xAB; 32]));
-        assert!(
-            m.notes.iter().any(|n| n.starts_with("pcr.8")),
-            "{:?}",
-            m.notes
-        );
         let s = measure_static(Some(&dir.path().join("missing.toml")));
         assert!(
             s.values.contains_key("hostd"),
@@ -512,6 +548,11 @@ mod tests {
             s.notes.iter().any(|n| n.starts_with("hostd.config")),
             "{:?}",
             s.notes
+        );
+        assert!(
+            !s.values.keys().any(|k| k.starts_with("pcr.")),
+            "PCR values come only in a TPM quote: {:?}",
+            s.values.keys()
         );
     }
 }

@@ -3,6 +3,7 @@
 use crate::audit;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 /// `hostd audit export --state DIR --out DIR2`.
 #[derive(Debug, clap::Args)]
@@ -104,6 +105,43 @@ pub fn run_recover(args: RecoverArgs) -> ExitCode {
                     r.leases_ended.join(", ")
                 );
             }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `hostd tpm-ak [--device PATH | --swtpm-socket PATH]`.
+#[derive(Debug, clap::Args)]
+pub struct TpmAkArgs {
+    /// The TPM device (default /dev/tpmrm0).
+    #[arg(long)]
+    pub device: Option<PathBuf>,
+    /// A swtpm data socket instead of a device (tests, VMs with a software TPM).
+    #[arg(long, conflicts_with = "device")]
+    pub swtpm_socket: Option<PathBuf>,
+}
+
+/// Prints the TPM's attestation key (TPMT_PUBLIC, hex, one line) for the operator's
+/// enrollment (`sovctl attest enroll --tpm-ak`): exit 0, or 1 with the TPM's error.
+pub fn run_tpm_ak(args: TpmAkArgs) -> ExitCode {
+    let result = match &args.swtpm_socket {
+        Some(socket) => tpm::SwtpmSocket::connect(socket, Duration::from_secs(30))
+            .and_then(|mut t| tpm::ak_public(&mut t)),
+        None => {
+            let device = args
+                .device
+                .clone()
+                .unwrap_or_else(|| PathBuf::from(tpm::DEFAULT_DEVICE));
+            tpm::Device::open(&device).and_then(|mut t| tpm::ak_public(&mut t))
+        }
+    };
+    match result {
+        Ok(public) => {
+            println!("{}", hex::encode(public));
             ExitCode::SUCCESS
         }
         Err(e) => {

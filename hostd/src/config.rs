@@ -284,6 +284,57 @@ pub struct AttestationConfig {
     /// node accepts on `POST /v1/attestation/results` and appends to the ledger. Default:
     /// none (results are refused).
     pub verifier_keys: Vec<String>,
+    /// The TPM whose quotes go into evidence: `"auto"` (default: `/dev/tpmrm0` if it
+    /// exists), `"off"`, or an absolute device path.
+    pub tpm: TpmSetting,
+}
+
+/// `[attestation] tpm`. Written as a string in the file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum TpmSetting {
+    /// The kernel's resource-managed device if it exists, else no TPM.
+    #[default]
+    Auto,
+    /// No quotes, even with a TPM (the enrollment must then not bind an AK).
+    Off,
+    /// This device; failing to open it stops hostd from starting.
+    Device(PathBuf),
+}
+
+impl TryFrom<String> for TpmSetting {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        match s.as_str() {
+            "auto" => Ok(Self::Auto),
+            "off" => Ok(Self::Off),
+            p if Path::new(p).is_absolute() => Ok(Self::Device(PathBuf::from(p))),
+            other => Err(format!(
+                "tpm = {other:?}: expected \"auto\", \"off\" or an absolute device path"
+            )),
+        }
+    }
+}
+
+impl From<TpmSetting> for String {
+    fn from(t: TpmSetting) -> String {
+        match t {
+            TpmSetting::Auto => "auto".into(),
+            TpmSetting::Off => "off".into(),
+            TpmSetting::Device(p) => p.display().to_string(),
+        }
+    }
+}
+
+impl TpmSetting {
+    /// The device to use: `auto` looks for `/dev/tpmrm0` now.
+    pub fn device(&self) -> Option<PathBuf> {
+        match self {
+            Self::Auto => Some(PathBuf::from(tpm::DEFAULT_DEVICE)).filter(|p| p.exists()),
+            Self::Off => None,
+            Self::Device(p) => Some(p.clone()),
+        }
+    }
 }
 
 impl AttestationConfig {
@@ -577,6 +628,28 @@ L4 = 60
         }
         let typo = format!("{MIN}\n[attestation]\nenrolment_certificate = \"x\"\n");
         assert!(Config::from_toml(&typo, Path::new("x.toml")).is_err());
+    }
+
+    #[test]
+    fn tpm_setting() {
+        let c = Config::from_toml(MIN, Path::new("x.toml")).unwrap();
+        assert_eq!(c.attestation.tpm, TpmSetting::Auto);
+        for (value, want) in [
+            ("off", TpmSetting::Off),
+            ("auto", TpmSetting::Auto),
+            ("/dev/tpm0", TpmSetting::Device("/dev/tpm0".into())),
+        ] {
+            let text = format!("{MIN}\n[attestation]\ntpm = \"{value}\"\n");
+            let c = Config::from_toml(&text, Path::new("x.toml")).unwrap();
+            assert_eq!(c.attestation.tpm, want);
+            assert_eq!(String::from(want), value);
+        }
+        assert_eq!(TpmSetting::Off.device(), None);
+        for bad in ["on", "dev/tpmrm0", ""] {
+            let text = format!("{MIN}\n[attestation]\ntpm = \"{bad}\"\n");
+            let e = Config::from_toml(&text, Path::new("x.toml")).unwrap_err();
+            assert!(e.to_string().contains("tpm"), "{e}");
+        }
     }
 
     #[test]

@@ -171,6 +171,8 @@ authority = "policy-authority.key.pub"
 [attestation]
 enrollment_certificate = "enrollment.json"
 verifier_keys = ["{verifier}"]
+# The dev enrollment binds no TPM attestation key, so a dev machine's own TPM stays out of it.
+tpm = "off"
 
 [workloads]
 work_dir = "work"

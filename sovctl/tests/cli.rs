@@ -93,3 +93,51 @@ fn verifying_an_export_with_unreadable_files_is_an_io_error() {
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("--vkey"), "{err}");
 }
+
+/// A TPMT_PUBLIC in the AK profile (ECDSA P-256 key of scalar 32 × 0x17, as
+/// `attest::tpm::sim::SoftAk::from_seed(&[0x17; 32])` makes it).
+const AK_HEX: &str = "0023000b00050072000000100018000b0003001000209bece2a08e2cd04cbb9ba5102a51870f54b1e450c2fd417da83efe16707a19060020cda14b5eeddade58cef7527ff0c9b98e7fe6fddb16496102871cf62cea694ec4";
+
+#[test]
+fn enroll_binds_a_valid_tpm_ak_and_refuses_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let authority = dir.path().join("ea.key");
+    let (code, err) = sovctl(&["attest", "keygen", "--out", authority.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    let ak_file = dir.path().join("ak.hex");
+    std::fs::write(&ak_file, format!("{AK_HEX}\n")).unwrap();
+    let out = dir.path().join("enrollment.json");
+    let enroll = |ak: &str| {
+        sovctl(&[
+            "attest",
+            "enroll",
+            "--authority-key",
+            authority.to_str().unwrap(),
+            "--node-key",
+            &"ab".repeat(32),
+            "--node-name",
+            "n1",
+            "--jurisdiction",
+            "IN-TG",
+            "--facility",
+            "HYD1",
+            "--tpm-ak",
+            ak,
+            "--out",
+            out.to_str().unwrap(),
+        ])
+    };
+    for ak in [AK_HEX, ak_file.to_str().unwrap()] {
+        let (code, err) = enroll(ak);
+        assert_eq!(code, Some(0), "{err}");
+        let cert = std::fs::read_to_string(&out).unwrap();
+        assert!(cert.contains(&format!("\"tpm_ak\":\"{AK_HEX}\"")), "{cert}");
+    }
+    // An unrestricted key (attributes without bit 16) is not an attestation key.
+    let unrestricted = AK_HEX.replacen("00050072", "00040072", 1);
+    for bad in ["zz", "0023", unrestricted.as_str()] {
+        let (code, err) = enroll(bad);
+        assert_eq!(code, Some(2), "{bad}: {err}");
+        assert!(err.contains("--tpm-ak"), "{err}");
+    }
+}

@@ -85,6 +85,16 @@ fn the_production_daemon_has_no_simulation() {
     let text = String::from_utf8_lossy(&features.stdout);
     assert!(text.contains("attest v"), "{text}");
     assert!(!text.contains("attest feature \"sim\""), "{text}");
+    // Nor a way to start a software TPM: the node quotes with its real one.
+    let features = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["tree", "--offline", "-p", "hostd", "--no-default-features"])
+        .args(["-e", "features,normal", "-i", "tpm"])
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .output()
+        .expect("run cargo tree");
+    let text = String::from_utf8_lossy(&features.stdout);
+    assert!(text.contains("tpm v"), "{text}");
+    assert!(!text.contains("tpm feature \"swtpm\""), "{text}");
     let dev = tree(&["-p", "hostd"]);
     assert!(
         dev.iter().any(|d| d == "fake-nvml"),

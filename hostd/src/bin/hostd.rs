@@ -33,6 +33,8 @@ enum Cmd {
     /// Offline ledger maintenance on a stopped node.
     #[command(subcommand)]
     Ledger(LedgerCmd),
+    /// Print the TPM's attestation key (hex TPMT_PUBLIC) for the node's enrollment.
+    TpmAk(cli::TpmAkArgs),
 }
 
 #[derive(Subcommand)]
@@ -120,6 +122,7 @@ fn main() -> ExitCode {
         }
         Cmd::Audit(AuditCmd::Export(args)) => return cli::run_export_state(args),
         Cmd::Ledger(LedgerCmd::Recover(args)) => return cli::run_recover(args),
+        Cmd::TpmAk(args) => return cli::run_tpm_ak(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -163,6 +163,10 @@ pub struct EnrollArgs {
     /// Validity in days from now.
     #[arg(long, default_value_t = 365)]
     pub days: u64,
+    /// The node TPM's attestation key, as `hostd tpm-ak` prints it: hex, or a file holding
+    /// it. Binds the TPM to the node: its evidence must then carry a quote by this key.
+    #[arg(long)]
+    pub tpm_ak: Option<String>,
     #[arg(long)]
     pub out: PathBuf,
 }
@@ -557,14 +561,30 @@ fn reference(args: ReferenceArgs) -> CmdResult {
     Ok(Exit::Ok)
 }
 
+/// A value given inline or as the path of a file holding it.
+fn hex_or_file(arg: &str) -> Result<String, Fail> {
+    if Path::new(arg).is_file() {
+        std::fs::read_to_string(arg).map_err(|e| usage(format!("{arg}: {e}")))
+    } else {
+        Ok(arg.to_string())
+    }
+}
+
+/// `--tpm-ak`: hex TPMT_PUBLIC (inline or in a file), checked against the AK profile here so
+/// the operator learns what is wrong before a certificate exists.
+fn read_tpm_ak(arg: &str) -> Result<Vec<u8>, Fail> {
+    let bytes = hex::decode(hex_or_file(arg)?.trim()).map_err(|_| {
+        usage("--tpm-ak: not hex (or a file holding hex), as `hostd tpm-ak` prints")
+    })?;
+    attest::tpm::AkPublic::parse(&bytes)
+        .map_err(|e| usage(format!("--tpm-ak: not an acceptable attestation key: {e}")))?;
+    Ok(bytes)
+}
+
 fn enroll(args: EnrollArgs) -> CmdResult {
     let key = read_signing_key(&args.authority_key).map_err(usage)?;
-    let text = if Path::new(&args.node_key).is_file() {
-        std::fs::read_to_string(&args.node_key)
-            .map_err(|e| usage(format!("{}: {e}", args.node_key)))?
-    } else {
-        args.node_key.clone()
-    };
+    let text = hex_or_file(&args.node_key)?;
+    let tpm_ak = args.tpm_ak.as_deref().map(read_tpm_ak).transpose()?;
     let mut node_pk = [0u8; 32];
     hex::decode_to_slice(text.trim(), &mut node_pk)
         .map_err(|_| usage("--node-key: not 64 hex digits (or a file holding them)"))?;
@@ -572,7 +592,7 @@ fn enroll(args: EnrollArgs) -> CmdResult {
     let days = args.days.clamp(1, 3650);
     let cert = EnrollmentAuthority::from_seed(key.as_bytes())
         .issue(EnrollmentClaims {
-            tpm_ak: None,
+            tpm_ak,
             node_public_key: node_pk,
             node_name: args.node_name,
             jurisdiction: args.jurisdiction,

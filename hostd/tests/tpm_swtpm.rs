@@ -1,0 +1,159 @@
+//! hostd's evidence with a real software TPM (swtpm): the quote it carries makes the attest
+//! verifier affirm against a manifest holding the TPM's PCR 11, a changed PCR 11 is named in
+//! the refusal, and a quote from a TPM the enrollment does not bind is refused.
+
+use attest::ear::{AttestationResult, Status};
+use attest::identity::{EnrollmentAuthority, EnrollmentCertificate, EnrollmentClaims, NodeKey};
+use attest::manifest::ImageManifest;
+use attest::verifier::{NonceRegistry, ReferenceValues, Verifier, VerifierConfig};
+use ed25519_dalek::SigningKey;
+use hostd::attestation::{Attester, SharedTpm};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+use tpm::swtpm::Swtpm;
+
+const NOW: u64 = 1_800_000_000;
+
+fn enrollment(node: &NodeKey, tpm_ak: Option<Vec<u8>>) -> EnrollmentCertificate {
+    EnrollmentAuthority::from_seed(&[1; 32])
+        .issue(EnrollmentClaims {
+            node_public_key: node.public_key(),
+            node_name: "node-hyd-01".into(),
+            jurisdiction: "IN-TG".into(),
+            facility: "HYD1".into(),
+            not_before: NOW - 60,
+            not_after: NOW + 60,
+            authority_public_key: [0; 32],
+            tpm_ak,
+        })
+        .unwrap()
+}
+
+fn verifier(pcr11: [u8; 32]) -> Verifier {
+    let release = SigningKey::from_bytes(&[3; 32]);
+    let manifest = ImageManifest {
+        name: "sovereign-host".into(),
+        version: "0.1.0".into(),
+        measurements: BTreeMap::from([("pcr.11".to_string(), pcr11)]),
+    }
+    .sign(&release)
+    .unwrap();
+    Verifier::new(VerifierConfig {
+        enrollment_authorities: vec![EnrollmentAuthority::from_seed(&[1; 32]).verifying_key()],
+        revoked_nodes: BTreeSet::new(),
+        nvidia_roots: vec![],
+        reference: ReferenceValues::from_signed_manifest(
+            &manifest,
+            &[release.verifying_key()],
+            vec![],
+        )
+        .unwrap(),
+        min_gpus: 0,
+        require_gpu_reports: false,
+        max_age: 300,
+        max_clock_skew: 30,
+        signing_key: SigningKey::from_bytes(&[4; 32]),
+    })
+    .unwrap()
+}
+
+fn shared(sw: &Swtpm) -> SharedTpm {
+    Mutex::new(Box::new(sw.connect().unwrap()))
+}
+
+/// hostd's evidence for a fresh nonce, appraised.
+fn attest(attester: &Attester, v: &Verifier, nonce: [u8; 32]) -> AttestationResult {
+    let collected = attester
+        .build_evidence(nonce, NOW, BTreeMap::new(), vec![], vec![])
+        .unwrap();
+    assert!(collected.notes.is_empty(), "{:?}", collected.notes);
+    let mut nonces = NonceRegistry::new(60);
+    nonces.issue(nonce, NOW).unwrap();
+    v.appraise(&collected.evidence, &nonce, NOW, &mut nonces)
+        .unwrap()
+}
+
+#[test]
+fn evidence_with_a_swtpm_quote_is_appraised_by_pcr_11() {
+    let dir = tempfile::tempdir().unwrap();
+    let sw = Swtpm::start(dir.path()).unwrap();
+    let node = NodeKey::from_seed(&[2; 32]);
+    let (ak, pcr11) = {
+        let mut t = sw.connect().unwrap();
+        (
+            tpm::ak_public(&mut t).unwrap(),
+            tpm::pcr_read(&mut t).unwrap()[&11],
+        )
+    };
+    let attester = Attester::from_parts(
+        NodeKey::from_seed(&[2; 32]),
+        dir.path().join("node.key"),
+        Some(enrollment(&node, Some(ak.clone()))),
+        Some(shared(&sw)),
+    );
+    let v = verifier(pcr11);
+    let ar = attest(&attester, &v, [0x51; 32]);
+    assert_eq!(ar.status(), Status::Affirming, "{:?}", ar.result.reasons);
+
+    // The UKI changes: PCR 11 is extended (by another connection; swtpm serves one at a time).
+    drop(attester);
+    tpm::pcr_extend(&mut sw.connect().unwrap(), 11, &[0x99; 32]).unwrap();
+    let attester = Attester::from_parts(
+        NodeKey::from_seed(&[2; 32]),
+        dir.path().join("node.key"),
+        Some(enrollment(&node, Some(ak))),
+        Some(shared(&sw)),
+    );
+    let ar = attest(&attester, &v, [0x52; 32]);
+    assert_eq!(ar.status(), Status::Contraindicated);
+    let r = ar
+        .result
+        .reasons
+        .iter()
+        .find(|r| r.code == "measurement-mismatch")
+        .unwrap_or_else(|| panic!("{:?}", ar.result.reasons));
+    assert!(r.detail.starts_with("pcr.11:"), "{}", r.detail);
+    assert_eq!(r.claim, "executables");
+}
+
+#[test]
+fn a_quote_from_a_tpm_the_enrollment_does_not_bind_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let sw = Swtpm::start(dir.path()).unwrap();
+    let pcr11 = tpm::pcr_read(&mut sw.connect().unwrap()).unwrap()[&11];
+    let node = NodeKey::from_seed(&[2; 32]);
+    let attester = Attester::from_parts(
+        NodeKey::from_seed(&[2; 32]),
+        dir.path().join("node.key"),
+        Some(enrollment(&node, None)),
+        Some(shared(&sw)),
+    );
+    let ar = attest(&attester, &verifier(pcr11), [0x53; 32]);
+    assert_eq!(ar.status(), Status::Contraindicated);
+    let codes: Vec<&str> = ar.result.reasons.iter().map(|r| r.code.as_str()).collect();
+    assert!(codes.contains(&"tpm-ak-not-enrolled"), "{codes:?}");
+}
+
+#[test]
+fn hostd_tpm_ak_prints_the_ak_for_enrollment() {
+    let dir = tempfile::tempdir().unwrap();
+    let sw = Swtpm::start(dir.path()).unwrap();
+    let expected = tpm::ak_public(&mut sw.connect().unwrap()).unwrap();
+    let run = |socket: &std::path::Path| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_hostd"))
+            .args(["tpm-ak", "--swtpm-socket"])
+            .arg(socket)
+            .output()
+            .unwrap()
+    };
+    let out = run(sw.socket());
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        format!("{}\n", hex::encode(&expected))
+    );
+    let out = run(&dir.path().join("nowhere.sock"));
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("nowhere.sock"), "{err}");
+}
