@@ -477,6 +477,18 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
+    #[test]
+    fn a_configured_tpm_that_cannot_be_opened_stops_the_start() {
+        assert!(open_tpm(&TpmSetting::Off).unwrap().is_none());
+        let missing = PathBuf::from("/nonexistent/tpmrm0");
+        match open_tpm(&TpmSetting::Device(missing)) {
+            Err(e @ AttestationError::Tpm(_)) => {
+                assert!(e.to_string().contains("/nonexistent/tpmrm0"), "{e}");
+            }
+            other => panic!("{:?}", other.map(|t| t.is_some())),
+        }
+    }
+
     /// The node identity key follows the rule of every private key: group- or
     /// world-accessible is refused at start, never merely warned about.
     #[test]

@@ -157,3 +157,37 @@ fn hostd_tpm_ak_prints_the_ak_for_enrollment() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("nowhere.sock"), "{err}");
 }
+
+#[test]
+fn a_tpm_that_stops_answering_leaves_a_note_and_the_verifier_misses_the_quote() {
+    let dir = tempfile::tempdir().unwrap();
+    let sw = Swtpm::start(dir.path()).unwrap();
+    let ak = tpm::ak_public(&mut sw.connect().unwrap()).unwrap();
+    let node = NodeKey::from_seed(&[2; 32]);
+    let attester = Attester::from_parts(
+        NodeKey::from_seed(&[2; 32]),
+        dir.path().join("node.key"),
+        Some(enrollment(&node, Some(ak))),
+        Some(shared(&sw)),
+    );
+    drop(sw); // swtpm is killed: the connection breaks
+    let nonce = [0x54; 32];
+    let collected = attester
+        .build_evidence(nonce, NOW, BTreeMap::new(), vec![], vec![])
+        .unwrap();
+    assert!(
+        collected
+            .notes
+            .iter()
+            .any(|n| n.starts_with("tpm: no quote")),
+        "{:?}",
+        collected.notes
+    );
+    let mut nonces = NonceRegistry::new(60);
+    nonces.issue(nonce, NOW).unwrap();
+    let ar = verifier([0; 32])
+        .appraise(&collected.evidence, &nonce, NOW, &mut nonces)
+        .unwrap();
+    let codes: Vec<&str> = ar.result.reasons.iter().map(|r| r.code.as_str()).collect();
+    assert!(codes.contains(&"tpm-quote-missing"), "{codes:?}");
+}
