@@ -94,6 +94,16 @@ pub enum TpmError {
         /// Bytes missing.
         needed: usize,
     },
+    /// A structure larger than any TPM produces, refused before parsing.
+    #[error("{what}: {len} bytes, more than {max}")]
+    TooLarge {
+        /// Which structure.
+        what: &'static str,
+        /// Its size.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
     /// Bytes left over after the structure.
     #[error("{what}: {extra} trailing bytes")]
     Trailing {
@@ -260,9 +270,10 @@ impl AkPublic {
     /// signing key. Trailing bytes are refused.
     pub fn parse(bytes: &[u8]) -> Result<Self, TpmError> {
         if bytes.len() > MAX_TPM_STRUCT_BYTES {
-            return Err(TpmError::Trailing {
+            return Err(TpmError::TooLarge {
                 what: "TPMT_PUBLIC",
-                extra: bytes.len() - MAX_TPM_STRUCT_BYTES,
+                len: bytes.len(),
+                max: MAX_TPM_STRUCT_BYTES,
             });
         }
         let mut r = Reader::new(bytes);
@@ -453,9 +464,10 @@ impl QuoteClaim {
             ("signature", self.signature.len()),
         ] {
             if len > MAX_TPM_STRUCT_BYTES {
-                return Err(TpmError::Trailing {
+                return Err(TpmError::TooLarge {
                     what,
-                    extra: len - MAX_TPM_STRUCT_BYTES,
+                    len,
+                    max: MAX_TPM_STRUCT_BYTES,
                 });
             }
         }

@@ -179,7 +179,11 @@ fn carried_pcr_sets_other_than_4_7_11_are_refused() {
 fn oversized_claims_are_refused_before_parsing() {
     let mut claim = ak().quote(&NONCE, &PCRS);
     claim.attest = vec![0; MAX_TPM_STRUCT_BYTES + 1];
-    assert!(matches!(claim.validate(), Err(TpmError::Trailing { .. })));
+    assert!(matches!(claim.validate(), Err(TpmError::TooLarge { .. })));
+    assert!(matches!(
+        AkPublic::parse(&[0; MAX_TPM_STRUCT_BYTES + 1]),
+        Err(TpmError::TooLarge { .. })
+    ));
 }
 
 #[test]
