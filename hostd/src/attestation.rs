@@ -55,6 +55,35 @@ pub enum AttestationError {
     Evidence(String),
     #[error("the TPM configured in [attestation] tpm: {0}")]
     Tpm(#[from] tpm::TpmError),
+    #[error("the enrollment certificate binds TPM attestation key {enrolled}, but this node's TPM has {actual}: issue one with `sovctl attest enroll --tpm-ak` and the output of `hostd tpm-ak`")]
+    TpmAkMismatch { enrolled: String, actual: String },
+}
+
+/// Whether the enrollment and the TPM in use agree, checked at start so a mistake shows in
+/// hostd's log rather than only in a verifier's refusal: an enrollment binding another AK is
+/// an error (every quote would fail); one binding none is a warning (returned), since every
+/// quote is then refused as `tpm-ak-not-enrolled`, yet the node may be mid-enrolment.
+pub fn check_tpm_enrollment(
+    tpm: &SharedTpm,
+    enrollment: &EnrollmentCertificate,
+) -> Result<Option<String>, AttestationError> {
+    let actual = {
+        let mut transport = tpm.lock().unwrap_or_else(|p| p.into_inner());
+        tpm::ak_public(&mut **transport)?
+    };
+    match &enrollment.claims.tpm_ak {
+        Some(enrolled) if *enrolled == actual => Ok(None),
+        Some(enrolled) => Err(AttestationError::TpmAkMismatch {
+            enrolled: hex::encode(enrolled),
+            actual: hex::encode(actual),
+        }),
+        None => Ok(Some(
+            "a TPM is in use but the enrollment certificate binds no TPM attestation key: \
+             verifiers will refuse its quotes (tpm-ak-not-enrolled); enrol the key `hostd tpm-ak` \
+             prints, or set [attestation] tpm = \"off\""
+                .into(),
+        )),
+    }
 }
 
 /// Loads the node identity key from `<state_dir>/node.key`, creating it (0600, from the OS
@@ -240,6 +269,11 @@ impl Attester {
             }
         };
         let tpm = open_tpm(&cfg.attestation.tpm)?;
+        if let (Some(tpm), Some(enrollment)) = (&tpm, &enrollment) {
+            if let Some(warning) = check_tpm_enrollment(tpm, enrollment)? {
+                warn!("{warning}");
+            }
+        }
         let config_file = cfg.source.clone();
         let handle = std::thread::Builder::new()
             .name("measure".into())

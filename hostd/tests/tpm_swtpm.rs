@@ -7,7 +7,7 @@ use attest::identity::{EnrollmentAuthority, EnrollmentCertificate, EnrollmentCla
 use attest::manifest::ImageManifest;
 use attest::verifier::{NonceRegistry, ReferenceValues, Verifier, VerifierConfig};
 use ed25519_dalek::SigningKey;
-use hostd::attestation::{Attester, SharedTpm};
+use hostd::attestation::{check_tpm_enrollment, AttestationError, Attester, SharedTpm};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use tpm::swtpm::Swtpm;
@@ -190,4 +190,29 @@ fn a_tpm_that_stops_answering_leaves_a_note_and_the_verifier_misses_the_quote() 
         .unwrap();
     let codes: Vec<&str> = ar.result.reasons.iter().map(|r| r.code.as_str()).collect();
     assert!(codes.contains(&"tpm-quote-missing"), "{codes:?}");
+}
+
+#[test]
+fn the_start_check_compares_the_enrolled_ak_with_the_tpm() {
+    let dir = tempfile::tempdir().unwrap();
+    let sw = Swtpm::start(dir.path()).unwrap();
+    let node = NodeKey::from_seed(&[2; 32]);
+    let ak = tpm::ak_public(&mut sw.connect().unwrap()).unwrap();
+    let tpm = shared(&sw);
+    assert_eq!(
+        check_tpm_enrollment(&tpm, &enrollment(&node, Some(ak))).unwrap(),
+        None
+    );
+    let warning = check_tpm_enrollment(&tpm, &enrollment(&node, None)).unwrap();
+    assert!(warning.unwrap().contains("tpm-ak-not-enrolled"));
+    // Another TPM's AK (a fresh swtpm state is another TPM).
+    let other_dir = tempfile::tempdir().unwrap();
+    let other = Swtpm::start(other_dir.path()).unwrap();
+    let other_ak = tpm::ak_public(&mut other.connect().unwrap()).unwrap();
+    match check_tpm_enrollment(&tpm, &enrollment(&node, Some(other_ak))) {
+        Err(e @ AttestationError::TpmAkMismatch { .. }) => {
+            assert!(e.to_string().contains("hostd tpm-ak"), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
 }
