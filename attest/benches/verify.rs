@@ -78,6 +78,7 @@ fn setup() -> Setup {
                 name: "sovereign-host".into(),
                 version: "1".into(),
                 measurements: measurements(),
+                components: Default::default(),
             },
             gpu_rims: vec![],
         },

@@ -40,6 +40,16 @@ pub struct ImageManifest {
     /// Expected SHA-256 per measurement name (same names as in evidence).
     #[serde(with = "hex_bytes::digest_map")]
     pub measurements: BTreeMap<String, [u8; 32]>,
+    /// What the measurements are made of, for people rather than for appraisal: the image
+    /// build lists the SHA-256 of each UKI section, the dm-verity root hash and the like, so
+    /// that when a node's PCR 11 differs an auditor can tell which part changed. Omitted
+    /// when empty, so manifests without it keep their bytes and signatures.
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        with = "hex_bytes::digest_map"
+    )]
+    pub components: BTreeMap<String, [u8; 32]>,
 }
 
 /// A manifest with the release key's signature.

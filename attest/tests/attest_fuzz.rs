@@ -39,6 +39,7 @@ fn verifier() -> Verifier {
                 name: "x".into(),
                 version: "1".into(),
                 measurements,
+                components: Default::default(),
             },
             gpu_rims: vec![],
         },

@@ -51,6 +51,7 @@ fn verifier(pcr_refs: &[(&str, [u8; 32])]) -> Verifier {
         name: "sovereign-host".into(),
         version: "1.0.0".into(),
         measurements,
+        components: Default::default(),
     }
     .sign(&release)
     .unwrap();

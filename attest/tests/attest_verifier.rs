@@ -155,6 +155,7 @@ impl Fx {
             name: "sovereign-host".into(),
             version: "1.0.0".into(),
             measurements: image_measurements(),
+            components: Default::default(),
         }
         .sign(&self.release)
         .unwrap();
@@ -821,6 +822,7 @@ fn manifest_signature_is_checked() {
         name: "img".into(),
         version: "1".into(),
         measurements: image_measurements(),
+        components: Default::default(),
     }
     .sign(&f.release)
     .unwrap();

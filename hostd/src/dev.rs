@@ -45,6 +45,10 @@ pub struct DevArgs {
     /// reports chaining to the roots in `nvidia-roots.pem`.
     #[arg(long, default_value = "off", value_parser = ["off", "on", "devtools"])]
     pub cc: String,
+    /// Write the dev folder (PKI, config, signed policy, keys, enrollment) and exit without
+    /// starting the node: the material a provisioning disk for a test image is made from.
+    #[arg(long)]
+    pub prepare_only: bool,
 }
 
 /// The dev principals: (role, name); a profile folder per name.
@@ -271,6 +275,7 @@ fn prepare_attestation(dir: &Path, cfg: &Config) -> Result<()> {
         name: "hostd-dev".into(),
         version: env!("CARGO_PKG_VERSION").into(),
         measurements,
+        components: Default::default(),
     }
     .sign(&release)
     .context("signing the dev reference manifest")?;

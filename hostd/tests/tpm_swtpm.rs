@@ -35,6 +35,7 @@ fn verifier(pcr11: [u8; 32]) -> Verifier {
         name: "sovereign-host".into(),
         version: "0.1.0".into(),
         measurements: BTreeMap::from([("pcr.11".to_string(), pcr11)]),
+        components: Default::default(),
     }
     .sign(&release)
     .unwrap();

@@ -6,5 +6,12 @@
 //!   algorithm, checked against systemd-measure itself.
 #![forbid(unsafe_code)]
 
+pub mod apt;
+pub mod build;
 pub mod cpio;
+pub mod lock;
 pub mod measure;
+pub mod modules;
+pub mod provision;
+pub mod rootfs;
+pub mod uki;

@@ -117,8 +117,14 @@ fn main() -> ExitCode {
         #[cfg(feature = "dev")]
         Cmd::Dev(args) => {
             init_logging();
-            dev::prepare(&args)
-                .and_then(|cfg| serve(cfg, Some((args.dir.clone(), args.gpus.clone()))))
+            match dev::prepare(&args) {
+                Ok(_) if args.prepare_only => {
+                    println!("prepared {}", args.dir.display());
+                    Ok(())
+                }
+                Ok(cfg) => serve(cfg, Some((args.dir.clone(), args.gpus.clone()))),
+                Err(e) => Err(e),
+            }
         }
         Cmd::Audit(AuditCmd::Export(args)) => return cli::run_export_state(args),
         Cmd::Ledger(LedgerCmd::Recover(args)) => return cli::run_recover(args),

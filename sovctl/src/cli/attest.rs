@@ -547,6 +547,7 @@ fn reference(args: ReferenceArgs) -> CmdResult {
         name: args.name,
         version: args.version,
         measurements,
+        components: Default::default(),
     }
     .sign(&key)
     .map_err(usage)?;

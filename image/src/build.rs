@@ -1,0 +1,582 @@
+//! `image build`: from the lock, the production `hostd` and the files in `image/files/`, the
+//! four outputs a node boots and a verifier trusts:
+//!
+//! * `uki.efi` — systemd-stub + kernel + os-release + command line + initrd;
+//! * `root.erofs` and `root.verity` — the read-only root and its dm-verity hash tree, whose
+//!   root hash is in the UKI's (measured) command line;
+//! * `esp.img` — a FAT ESP holding the UKI as the removable-media boot path;
+//! * `manifest.json` — the signed reference manifest: predicted PCR 11, the hostd digest, and
+//!   as components the UKI section digests and the verity root hash.
+//!
+//! Every step is deterministic for a given lock, `SOURCE_DATE_EPOCH` and hostd binary; the
+//! table of what that took is in docs/image.md.
+
+use crate::apt;
+use crate::cpio::{Archive, Entry};
+use crate::lock::{Lock, Part};
+use crate::measure::{predict_pcr11, Section};
+use crate::modules;
+use crate::rootfs::{self, io, run, write_file, TreeError};
+use attest::manifest::{ImageManifest, SignedImageManifest};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The image's name in manifests and os-release.
+pub const IMAGE_NAME: &str = "sovereign-host";
+
+/// What to build.
+#[derive(Debug, Clone)]
+pub struct BuildSpec {
+    /// The package lock.
+    pub lock: Lock,
+    /// Folder of downloaded `.deb`s (kept between builds).
+    pub cache: PathBuf,
+    /// Output folder (created; must be empty or absent).
+    pub out: PathBuf,
+    /// The production hostd binary (`--no-default-features`, release).
+    pub hostd: PathBuf,
+    /// `image/files`.
+    pub files: PathBuf,
+    /// `SOURCE_DATE_EPOCH`.
+    pub epoch: u64,
+    /// Image version.
+    pub version: String,
+    /// The test variant: the simulated NVML library to install, and the manifest says so.
+    pub simulated_nvml: Option<PathBuf>,
+    /// The block device of the state disk (a stable `/dev/disk/by-id/…` path).
+    pub state_device: String,
+    /// Extra kernel command line (appended after the image's own; still measured).
+    pub extra_cmdline: String,
+}
+
+/// Why a build failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// Fetching or unpacking packages.
+    #[error(transparent)]
+    Apt(#[from] apt::AptError),
+    /// Making the tree.
+    #[error(transparent)]
+    Tree(#[from] TreeError),
+    /// Assembling the UKI.
+    #[error("assembling the UKI: {0}")]
+    Uki(#[from] crate::uki::UkiError),
+    /// The initrd.
+    #[error("writing the initrd: {0}")]
+    Cpio(#[from] crate::cpio::CpioError),
+    /// Signing the manifest.
+    #[error("signing the manifest: {0}")]
+    Manifest(#[from] attest::manifest::ManifestError),
+    /// Bad input.
+    #[error("{0}")]
+    Input(String),
+}
+
+/// What a build produced.
+#[derive(Debug, Clone)]
+pub struct Built {
+    /// `uki.efi`.
+    pub uki: PathBuf,
+    /// `esp.img`.
+    pub esp: PathBuf,
+    /// `root.erofs`.
+    pub root: PathBuf,
+    /// `root.verity`.
+    pub verity: PathBuf,
+    /// The manifest (unsigned form; `manifest.json` holds the signed one).
+    pub manifest: ImageManifest,
+    /// The kernel command line in the UKI.
+    pub cmdline: String,
+}
+
+/// The UUIDs the build gives the root and its hash tree (fixed, so builds are reproducible;
+/// the root hash, not these, is what protects the root).
+const ROOT_UUID: &str = "5ce7a1e5-0000-4000-8000-000000000001";
+const VERITY_UUID: &str = "5ce7a1e5-0000-4000-8000-000000000002";
+/// dm-verity salt: fixed for reproducibility (the salt only defeats precomputation across
+/// images; a public, per-image-name salt is what reproducible builds can offer).
+const VERITY_SALT: &str = "736f7665726569676e2d686f73742f726f6f742f7665726974792f7631000000";
+
+/// The hardened kernel command line (docs/image.md gives the reason for each word).
+pub const HARDENING: &str = "lockdown=integrity module.sig_enforce=1 init_on_alloc=1 \
+    init_on_free=1 slab_nomerge pti=on randomize_kstack_offset=on vsyscall=none debugfs=off \
+    oops=panic panic=10";
+
+/// Builds the image into `spec.out`.
+pub fn build(spec: &BuildSpec) -> Result<Built, BuildError> {
+    prepare_out(&spec.out)?;
+    let work = spec.out.join(".work");
+    let debs = apt::fetch(&spec.lock, &spec.cache)?;
+    let root = work.join("root");
+    let stub_tree = work.join("stub");
+    for (p, deb) in &debs {
+        let dest = match p.part {
+            Part::Image => &root,
+            Part::Stub => &stub_tree,
+        };
+        std::fs::create_dir_all(dest).map_err(io(dest))?;
+        apt::unpack(deb, dest)?;
+    }
+    let kernel = configure_root(spec, &root)?;
+    let initrd = make_initrd(spec, &root, &work.join("initrd"))?;
+    let (root_img, verity_img, root_hash) = make_root(spec, &root)?;
+    let cmdline = cmdline(spec, &root_hash);
+    let osrel = os_release(spec);
+    let stub_path = stub_tree.join("usr/lib/systemd/boot/efi/linuxx64.efi.stub");
+    let stub = std::fs::read(&stub_path).map_err(|e| TreeError::Io {
+        path: stub_path.clone(),
+        source: e,
+    })?;
+    let sections: [(Section, &[u8]); 4] = [
+        (Section::Osrel, osrel.as_bytes()),
+        (Section::Cmdline, cmdline.as_bytes()),
+        (Section::Linux, &kernel),
+        (Section::Initrd, &initrd),
+    ];
+    let epoch32 = u32::try_from(spec.epoch)
+        .map_err(|_| BuildError::Input("SOURCE_DATE_EPOCH beyond 2106".into()))?;
+    let uki = crate::uki::assemble(&stub, &sections, epoch32)?;
+    let uki_path = spec.out.join("uki.efi");
+    std::fs::write(&uki_path, &uki).map_err(io(&uki_path))?;
+    let esp = make_esp(spec, &uki_path)?;
+    let manifest = manifest(spec, &sections, &root_hash, &uki)?;
+    rootfs::remove_any(&work)?;
+    Ok(Built {
+        uki: uki_path,
+        esp,
+        root: root_img,
+        verity: verity_img,
+        manifest,
+        cmdline,
+    })
+}
+
+fn prepare_out(out: &Path) -> Result<(), BuildError> {
+    if out.exists() {
+        let mut entries = std::fs::read_dir(out).map_err(io(out))?;
+        if entries.next().is_some() {
+            return Err(BuildError::Input(format!(
+                "{} is not empty: give a new or empty output folder",
+                out.display()
+            )));
+        }
+    }
+    std::fs::create_dir_all(out).map_err(io(out))?;
+    Ok(())
+}
+
+/// The root's configuration; returns the kernel image (taken out of `/boot`).
+fn configure_root(spec: &BuildSpec, root: &Path) -> Result<Vec<u8>, BuildError> {
+    rootfs::merge_usr(root)?;
+    let version = rootfs::kernel_version(root)?;
+    let vmlinuz = root.join("boot").join(format!("vmlinuz-{version}"));
+    let kernel = std::fs::read(&vmlinuz).map_err(io(&vmlinuz))?;
+    rootfs::remove_any(&root.join("boot"))?;
+    rootfs::leave_out(root)?;
+    modules::keep_only(root, &version, modules::ROOT_MODULES)?;
+    install_files(spec, root)?;
+    rootfs::sysusers(root, spec.epoch)?;
+    rootfs::ldconfig(root)?;
+    rootfs::enable_units(
+        root,
+        &[
+            "hostd.service",
+            "nftables.service",
+            "systemd-networkd.service",
+        ],
+    )?;
+    // Mount points must exist on a read-only root (base-files would have made them).
+    for dir in [
+        "dev", "proc", "sys", "run", "tmp", "var", "mnt", "root", "home", "srv",
+    ] {
+        let d = root.join(dir);
+        std::fs::create_dir_all(&d).map_err(io(&d))?;
+    }
+    let mtab = root.join("etc/mtab");
+    rootfs::remove_any(&mtab)?;
+    std::os::unix::fs::symlink("../proc/self/mounts", &mtab).map_err(io(&mtab))?;
+    // /tmp is a tmpfs (systemd's own unit, shipped but not enabled by Debian).
+    let tmp_mount = read(&root.join("usr/share/systemd/tmp.mount"))?;
+    write_file(root, "usr/lib/systemd/system/tmp.mount", &tmp_mount, 0o644)?;
+    let wants = root.join("usr/lib/systemd/system/local-fs.target.wants/tmp.mount");
+    std::fs::create_dir_all(wants.parent().unwrap_or(root)).map_err(io(&wants))?;
+    std::os::unix::fs::symlink("../tmp.mount", &wants).map_err(io(&wants))?;
+    write_file(root, "etc/machine-id", b"", 0o444)?;
+    // What systemd-sysv would provide: the initrd switches root into /sbin/init.
+    let init = root.join("usr/sbin/init");
+    rootfs::remove_any(&init)?;
+    std::os::unix::fs::symlink("../lib/systemd/systemd", &init).map_err(io(&init))?;
+    Ok(kernel)
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, TreeError> {
+    std::fs::read(path).map_err(io(path))
+}
+
+/// hostd, its units and the image's configuration files.
+fn install_files(spec: &BuildSpec, root: &Path) -> Result<(), BuildError> {
+    let f = |name: &str| read(&spec.files.join(name));
+    write_file(root, "usr/bin/hostd", &read(&spec.hostd)?, 0o755)?;
+    write_file(
+        root,
+        "usr/lib/systemd/system/hostd.service",
+        &f("hostd.service")?,
+        0o644,
+    )?;
+    write_file(
+        root,
+        "usr/lib/systemd/system/sovereign-provision.service",
+        &f("sovereign-provision.service")?,
+        0o644,
+    )?;
+    write_file(root, "etc/nftables.conf", &f("nftables.conf")?, 0o644)?;
+    write_file(
+        root,
+        "etc/systemd/network/50-uplink.network",
+        &f("uplink.network")?,
+        0o644,
+    )?;
+    write_file(
+        root,
+        "etc/systemd/journald.conf.d/50-sovereign.conf",
+        &f("journald.conf")?,
+        0o644,
+    )?;
+    write_file(
+        root,
+        "etc/sysctl.d/50-sovereign.conf",
+        &f("sysctl.conf")?,
+        0o644,
+    )?;
+    write_file(root, "etc/fstab", fstab(spec).as_bytes(), 0o644)?;
+    for unit in ["emergency.service", "rescue.service"] {
+        write_file(
+            root,
+            &format!("usr/lib/systemd/system/{unit}.d/50-no-shell.conf"),
+            NO_SHELL,
+            0o644,
+        )?;
+    }
+    write_file(
+        root,
+        "usr/lib/os-release",
+        os_release(spec).as_bytes(),
+        0o644,
+    )?;
+    rootfs::remove_any(&root.join("etc/os-release"))?;
+    std::os::unix::fs::symlink("../usr/lib/os-release", root.join("etc/os-release"))
+        .map_err(io(&root.join("etc/os-release")))?;
+    enable_ext4_encryption(root)?;
+    if let Some(lib) = &spec.simulated_nvml {
+        write_file(
+            root,
+            "usr/lib/sovereign-host/libnvidia_ml_sim.so",
+            &read(lib)?,
+            0o644,
+        )?;
+        // One simulated H100 in confidential-computing mode, so its reports are appraised.
+        write_file(
+            root,
+            "usr/lib/systemd/system/hostd.service.d/50-simulated-gpus.conf",
+            b"[Service]\nEnvironment=NVML_SIM_GPUS=H100:1 NVML_SIM_CC=on\n",
+            0o644,
+        )?;
+    }
+    Ok(())
+}
+
+/// There is no shell to rescue into: a boot that fails says so on the console and powers off,
+/// so that the operator's tooling (or a test) sees the failure instead of a hung machine.
+const NO_SHELL: &[u8] =
+    b"[Service]\nExecStart=\nExecStart=/usr/bin/systemctl --no-block poweroff\n";
+
+/// The state disk gets the ext4 `encrypt` feature when systemd-makefs formats it, so leases'
+/// scratch can be fscrypt-encrypted on it.
+fn enable_ext4_encryption(root: &Path) -> Result<(), BuildError> {
+    let path = root.join("etc/mke2fs.conf");
+    let text = std::fs::read_to_string(&path).map_err(io(&path))?;
+    let Some(at) = text.find("base_features = ") else {
+        return Err(BuildError::Input(
+            "etc/mke2fs.conf has no base_features line".into(),
+        ));
+    };
+    let end = at + text[at..].find('\n').unwrap_or(text.len() - at);
+    let mut out = text.clone();
+    out.insert_str(end, ",encrypt");
+    write_file(root, "etc/mke2fs.conf", out.as_bytes(), 0o644)?;
+    Ok(())
+}
+
+fn fstab(spec: &BuildSpec) -> String {
+    format!(
+        "# The root is the dm-verity device the initrd set up from the measured command line;\n\
+         # /var is memory (systemd-tmpfiles fills it at boot) but for hostd's state disk.\n\
+         # State: formatted on first boot (the provisioning disk is mounted by its own unit).\n\
+         tmpfs /var tmpfs mode=0755,nosuid,nodev,size=256M 0 0\n\
+         {state} /var/lib/hostd ext4 defaults,nodev,nosuid,x-systemd.makefs 0 0\n",
+        state = spec.state_device
+    )
+}
+
+/// os-release of the image (also the UKI's `.osrel`).
+fn os_release(spec: &BuildSpec) -> String {
+    let variant = match spec.simulated_nvml {
+        Some(_) => "VARIANT=\"test: simulated NVML library\"\nVARIANT_ID=simulated-gpus\n",
+        None => "",
+    };
+    format!(
+        "NAME=\"Sovereign Host\"\nID={IMAGE_NAME}\nID_LIKE=debian\nVERSION_ID={v}\n\
+         PRETTY_NAME=\"Sovereign Host {v}\"\nIMAGE_ID={name}\nIMAGE_VERSION={v}\n{variant}",
+        v = spec.version,
+        name = manifest_name(spec),
+    )
+}
+
+/// The manifest's image name: the test variant has its own, so it can never pass as the
+/// production image.
+pub fn manifest_name(spec: &BuildSpec) -> String {
+    match spec.simulated_nvml {
+        Some(_) => format!("{IMAGE_NAME}-simulated-gpus"),
+        None => IMAGE_NAME.to_owned(),
+    }
+}
+
+fn cmdline(spec: &BuildSpec, root_hash: &str) -> String {
+    let mut c = format!(
+        "console=ttyS0 roothash={root_hash} systemd.verity_root_data=/dev/disk/by-uuid/{ROOT_UUID} \
+         systemd.verity_root_hash=/dev/disk/by-uuid/{VERITY_UUID} rootfstype=erofs ro \
+         {HARDENING} systemd.show_status=error"
+    );
+    if !spec.extra_cmdline.is_empty() {
+        c.push(' ');
+        c.push_str(&spec.extra_cmdline);
+    }
+    c
+}
+
+/// The initrd: the root's systemd, udev and libraries with only the boot modules, marked as
+/// an initrd by `/etc/initrd-release`; hostd and the network stack stay out.
+fn make_initrd(spec: &BuildSpec, root: &Path, tree: &Path) -> Result<Vec<u8>, BuildError> {
+    run(Command::new("cp").arg("-a").arg(root).arg(tree))?;
+    for rel in INITRD_LEFT_OUT {
+        rootfs::remove_any(&tree.join(rel))?;
+    }
+    let version = rootfs::kernel_version(tree)?;
+    modules::keep_only(tree, &version, modules::INITRD_MODULES)?;
+    write_file(
+        tree,
+        "etc/initrd-release",
+        os_release(spec).as_bytes(),
+        0o644,
+    )?;
+    // Loaded up front rather than on the kernel's request when the root is mounted: the
+    // initrd's only job is that mount, and a request that finds no modprobe fails silently.
+    write_file(
+        tree,
+        "usr/lib/modules-load.d/50-sovereign-root.conf",
+        b"erofs\ndm_verity\n",
+        0o644,
+    )?;
+    // The kernel runs /init from an initramfs; without it, it looks for a root itself.
+    std::os::unix::fs::symlink("usr/lib/systemd/systemd", tree.join("init"))
+        .map_err(io(&tree.join("init")))?;
+    let mut archive = Archive::new();
+    add_tree(&mut archive, tree, "")?;
+    let cpio = archive.write(u32::try_from(spec.epoch).unwrap_or(u32::MAX));
+    compress(&cpio, &spec.out.join(".work/initrd.cpio"))
+}
+
+/// What the initrd does not need of the root.
+const INITRD_LEFT_OUT: &[&str] = &[
+    "usr/bin/hostd",
+    "usr/lib/sovereign-host",
+    "usr/sbin/nft",
+    "usr/lib/x86_64-linux-gnu/libnftables.so.1",
+    "usr/lib/x86_64-linux-gnu/libnftables.so.1.1.0",
+    "usr/bin/ip",
+    "usr/sbin/ip",
+    "usr/lib/systemd/system/hostd.service",
+    "usr/lib/systemd/system/sovereign-provision.service",
+    "etc/systemd/system/multi-user.target.wants",
+    "usr/lib/systemd/systemd-networkd",
+    "usr/share/i18n",
+    "usr/share/zoneinfo",
+    "usr/lib/systemd/boot",
+    // The root's mounts and enabled units are not the initrd's: it mounts only the root.
+    "etc/fstab",
+    "etc/nftables.conf",
+    "etc/systemd/system",
+];
+
+fn add_tree(archive: &mut Archive, dir: &Path, prefix: &str) -> Result<(), BuildError> {
+    use std::os::unix::fs::PermissionsExt;
+    for name in rootfs::sorted_entries(dir)? {
+        let name = name
+            .to_str()
+            .ok_or_else(|| BuildError::Input(format!("non-UTF-8 name in {}", dir.display())))?
+            .to_owned();
+        let path = dir.join(&name);
+        let rel = if prefix.is_empty() {
+            name.clone()
+        } else {
+            format!("{prefix}/{name}")
+        };
+        let meta = std::fs::symlink_metadata(&path).map_err(io(&path))?;
+        let mode = meta.permissions().mode() & 0o7777;
+        if meta.file_type().is_symlink() {
+            let target = std::fs::read_link(&path).map_err(io(&path))?;
+            let target = target
+                .to_str()
+                .ok_or_else(|| BuildError::Input(format!("non-UTF-8 link {}", path.display())))?;
+            archive.add(
+                &rel,
+                Entry::Symlink {
+                    target: target.to_owned(),
+                },
+            )?;
+        } else if meta.is_dir() {
+            archive.add(&rel, Entry::Dir { mode })?;
+            add_tree(archive, &path, &rel)?;
+        } else if meta.is_file() {
+            archive.add(
+                &rel,
+                Entry::File {
+                    mode,
+                    data: read(&path)?,
+                },
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// zstd, single-threaded and without a timestamp: the same input gives the same output.
+fn compress(data: &[u8], scratch: &Path) -> Result<Vec<u8>, BuildError> {
+    std::fs::write(scratch, data).map_err(io(scratch))?;
+    let out = scratch.with_extension("cpio.zst");
+    run(Command::new("zstd")
+        .args(["-q", "-f", "-12", "-T1", "--no-progress"])
+        .arg(scratch)
+        .arg("-o")
+        .arg(&out))?;
+    Ok(read(&out)?)
+}
+
+/// erofs (lz4hc, every owner root, every time the epoch) and its dm-verity hash tree; returns
+/// the two images and the root hash.
+fn make_root(spec: &BuildSpec, root: &Path) -> Result<(PathBuf, PathBuf, String), BuildError> {
+    let img = spec.out.join("root.erofs");
+    let verity = spec.out.join("root.verity");
+    run(Command::new("mkfs.erofs")
+        .args(["-zlz4hc", "--all-root", "-x-1", "--quiet"])
+        .arg(format!("-T{}", spec.epoch))
+        .arg(format!("-U{ROOT_UUID}"))
+        .arg(&img)
+        .arg(root))?;
+    let out = run(Command::new("veritysetup")
+        .args(["format", "--salt", VERITY_SALT, "--uuid", VERITY_UUID])
+        .arg(&img)
+        .arg(&verity))?;
+    let hash = out
+        .lines()
+        .find_map(|l| l.strip_prefix("Root hash:"))
+        .map(|h| h.trim().to_owned())
+        .filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+        .ok_or_else(|| BuildError::Input(format!("veritysetup printed no root hash: {out}")))?;
+    Ok((img, verity, hash))
+}
+
+fn make_esp(spec: &BuildSpec, uki: &Path) -> Result<PathBuf, BuildError> {
+    let esp = spec.out.join("esp.img");
+    write_esp(uki, &esp, spec.epoch)?;
+    Ok(esp)
+}
+
+/// Writes `esp`: a FAT ESP with `uki` at the removable-media path `EFI/BOOT/BOOTX64.EFI`,
+/// every timestamp `epoch`.
+pub fn write_esp(uki: &Path, esp: &Path, epoch: u64) -> Result<(), BuildError> {
+    let size = std::fs::metadata(uki).map_err(io(uki))?.len();
+    let kib = (size / 1024) * 12 / 10 + 4096;
+    // `mcopy -m` keeps the file's own mtime: make it the epoch.
+    let stamp = std::time::UNIX_EPOCH + std::time::Duration::from_secs(epoch);
+    std::fs::File::options()
+        .write(true)
+        .open(uki)
+        .and_then(|f| f.set_modified(stamp))
+        .map_err(io(uki))?;
+    rootfs::remove_any(esp)?;
+    run(Command::new("mkfs.fat")
+        .args(["-C", "-i", "5ce7a1e5", "--invariant", "-n", "SOVESP"])
+        .arg(esp)
+        .arg(kib.to_string()))?;
+    let img = format!("{}", esp.display());
+    let epoch = epoch.to_string();
+    let mtools = |args: &[&str]| -> Result<(), BuildError> {
+        run(Command::new(args[0])
+            .env("SOURCE_DATE_EPOCH", &epoch)
+            .env("MTOOLS_SKIP_CHECK", "1")
+            .args(&args[1..]))?;
+        Ok(())
+    };
+    mtools(&["mmd", "-i", &img, "::/EFI", "::/EFI/BOOT"])?;
+    mtools(&[
+        "mcopy",
+        "-m",
+        "-i",
+        &img,
+        &format!("{}", uki.display()),
+        "::/EFI/BOOT/BOOTX64.EFI",
+    ])?;
+    Ok(())
+}
+
+fn sha256(data: &[u8]) -> [u8; 32] {
+    Sha256::digest(data).into()
+}
+
+/// The reference manifest: what a verifier appraises (`pcr.11` after the `ready` phase, the
+/// hostd binary) and, for people, what those are made of.
+fn manifest(
+    spec: &BuildSpec,
+    sections: &[(Section, &[u8])],
+    root_hash: &str,
+    uki: &[u8],
+) -> Result<ImageManifest, BuildError> {
+    let phases = predict_pcr11(sections);
+    let ready = phases
+        .last()
+        .ok_or_else(|| BuildError::Input("no PCR 11 prediction".into()))?;
+    let mut measurements = BTreeMap::new();
+    measurements.insert("pcr.11".to_owned(), ready.pcr11);
+    measurements.insert("hostd".to_owned(), apt::sha256_file(&spec.hostd)?);
+    let mut components = BTreeMap::new();
+    for (s, data) in sections {
+        components.insert(format!("uki{}", s.name()), sha256(data));
+    }
+    components.insert("uki".to_owned(), sha256(uki));
+    let mut rh = [0u8; 32];
+    hex::decode_to_slice(root_hash, &mut rh)
+        .map_err(|_| BuildError::Input(format!("bad root hash {root_hash}")))?;
+    components.insert("verity.roothash".to_owned(), rh);
+    Ok(ImageManifest {
+        name: manifest_name(spec),
+        version: spec.version.clone(),
+        measurements,
+        components,
+    })
+}
+
+/// Signs and writes `manifest.json` next to the outputs.
+pub fn write_signed_manifest(
+    out: &Path,
+    manifest: ImageManifest,
+    key: &ed25519_dalek::SigningKey,
+) -> Result<SignedImageManifest, BuildError> {
+    let signed = manifest.sign(key)?;
+    let path = out.join("manifest.json");
+    std::fs::write(&path, signed.to_bytes()?).map_err(io(&path))?;
+    Ok(signed)
+}

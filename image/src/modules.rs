@@ -1,0 +1,181 @@
+//! Kernel modules: the image keeps only the modules its job needs (and what they depend on),
+//! so that `module.sig_enforce=1` guards a small, known set, and the initrd carries only what
+//! mounting the root takes.
+
+use crate::rootfs::{io, remove_any, run, sorted_entries, TreeError};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::Command;
+
+/// Modules the root keeps, by name or by folder under `kernel/` (a name ending in `/`).
+pub const ROOT_MODULES: &[&str] = &[
+    // boot and storage under qemu and on servers
+    "virtio_blk",
+    "virtio_pci",
+    "virtio_net",
+    "virtio_console",
+    "virtio_rng",
+    "nvme",
+    "ahci",
+    "sd_mod",
+    "efivarfs",
+    "autofs4",
+    // the ACPI power button: an operator's (or the BMC's) power-off shuts down cleanly
+    "button",
+    // the root: erofs behind dm-verity; the state disk: ext4 behind dm-crypt
+    "erofs",
+    "dm_verity",
+    "dm_crypt",
+    "ext4",
+    "crc32c_generic",
+    "crc32c_intel",
+    // the TPM
+    "tpm_crb",
+    "tpm_tis",
+    // lease networks: veths, namespaces' filtering and NAT
+    "veth",
+    "kernel/net/netfilter/",
+    "kernel/net/ipv4/netfilter/",
+    "kernel/net/ipv6/netfilter/",
+];
+
+/// Modules the initrd carries: what finding and mounting the verity-protected root takes.
+pub const INITRD_MODULES: &[&str] = &[
+    "virtio_blk",
+    "virtio_pci",
+    "nvme",
+    "ahci",
+    "sd_mod",
+    "efivarfs",
+    "autofs4",
+    "erofs",
+    "dm_verity",
+    // libcrc32c (which erofs needs) asks the crypto API for crc32c when it loads: a soft
+    // dependency depmod does not follow, and without it erofs fails with ENOENT.
+    "crc32c_generic",
+    "crc32c_intel",
+    "tpm_crb",
+    "tpm_tis",
+];
+
+/// A module's name as modprobe spells it: file stem with `-` as `_`.
+fn module_name(path: &str) -> String {
+    let file = path.rsplit('/').next().unwrap_or(path);
+    let stem = file
+        .strip_suffix(".ko")
+        .or_else(|| file.strip_suffix(".ko.xz"))
+        .or_else(|| file.strip_suffix(".ko.zst"))
+        .unwrap_or(file);
+    stem.replace('-', "_")
+}
+
+/// `modules.dep` as a map from module path to the paths it needs.
+fn parse_deps(text: &str) -> BTreeMap<String, Vec<String>> {
+    text.lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(m, deps)| {
+            (
+                m.trim().to_owned(),
+                deps.split_whitespace().map(str::to_owned).collect(),
+            )
+        })
+        .collect()
+}
+
+/// The module paths `wanted` selects, with everything they depend on.
+fn closure(deps: &BTreeMap<String, Vec<String>>, wanted: &[&str]) -> BTreeSet<String> {
+    let selected = |path: &str| {
+        wanted.iter().any(|w| match w.strip_suffix('/') {
+            Some(dir) => path.starts_with(&format!("{dir}/")),
+            None => module_name(path) == *w,
+        })
+    };
+    let mut keep = BTreeSet::new();
+    let mut todo: Vec<String> = deps.keys().filter(|p| selected(p)).cloned().collect();
+    while let Some(p) = todo.pop() {
+        if keep.insert(p.clone()) {
+            todo.extend(deps.get(&p).into_iter().flatten().cloned());
+        }
+    }
+    keep
+}
+
+/// Keeps only the modules `wanted` selects (and their dependencies) in `root`'s kernel, and
+/// regenerates the module index. Returns how many modules were kept.
+pub fn keep_only(root: &Path, version: &str, wanted: &[&str]) -> Result<usize, TreeError> {
+    depmod(root, version)?;
+    let dir = root.join("usr/lib/modules").join(version);
+    let dep_file = dir.join("modules.dep");
+    let deps = parse_deps(&std::fs::read_to_string(&dep_file).map_err(io(&dep_file))?);
+    let keep = closure(&deps, wanted);
+    // A wanted name with no module file is built into this kernel: nothing to keep.
+    for path in deps.keys().filter(|p| !keep.contains(*p)) {
+        remove_any(&dir.join(path))?;
+    }
+    prune_empty_dirs(&dir.join("kernel"))?;
+    depmod(root, version)?;
+    Ok(keep.len())
+}
+
+fn depmod(root: &Path, version: &str) -> Result<(), TreeError> {
+    run(Command::new("depmod").arg("-b").arg(root).arg(version)).map(|_| ())
+}
+
+fn prune_empty_dirs(dir: &Path) -> Result<bool, TreeError> {
+    let Ok(meta) = std::fs::symlink_metadata(dir) else {
+        return Ok(true);
+    };
+    if !meta.is_dir() {
+        return Ok(false);
+    }
+    let mut empty = true;
+    for name in sorted_entries(dir)? {
+        if !prune_empty_dirs(&dir.join(name))? {
+            empty = false;
+        }
+    }
+    if empty {
+        std::fs::remove_dir(dir).map_err(io(dir))?;
+    }
+    Ok(empty)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_what_is_named_and_what_it_needs() {
+        let deps = parse_deps(
+            "kernel/fs/erofs/erofs.ko: kernel/lib/lz4/lz4_decompress.ko\n\
+             kernel/lib/lz4/lz4_decompress.ko:\n\
+             kernel/drivers/md/dm-verity.ko: kernel/drivers/md/dm-bufio.ko kernel/drivers/md/dm-mod.ko\n\
+             kernel/drivers/md/dm-bufio.ko:\n\
+             kernel/drivers/md/dm-mod.ko:\n\
+             kernel/net/netfilter/nf_tables.ko: kernel/lib/libcrc32c.ko\n\
+             kernel/lib/libcrc32c.ko:\n\
+             kernel/sound/snd.ko:\n",
+        );
+        let keep = closure(&deps, &["erofs", "dm_verity", "kernel/net/netfilter/"]);
+        let names: Vec<String> = keep.iter().map(|p| module_name(p)).collect();
+        assert_eq!(
+            names,
+            [
+                "dm_bufio",
+                "dm_mod",
+                "dm_verity",
+                "erofs",
+                "libcrc32c",
+                "lz4_decompress",
+                "nf_tables"
+            ]
+        );
+        assert!(!keep.iter().any(|p| p.contains("snd")));
+    }
+
+    #[test]
+    fn names_follow_modprobe() {
+        assert_eq!(module_name("kernel/drivers/md/dm-verity.ko"), "dm_verity");
+        assert_eq!(module_name("kernel/x/a-b.ko.xz"), "a_b");
+    }
+}

@@ -1,0 +1,222 @@
+//! The root file system tree: the locked packages unpacked, then the few effects their
+//! maintainer scripts would have had, done explicitly (merged `/usr`, users, the linker cache,
+//! module dependencies, unit enablement), then what the image leaves out removed.
+//!
+//! Everything here works on a folder of the build host as an unprivileged tree; nothing runs
+//! inside it (no chroot), so no package script can run and nothing depends on the host's own
+//! configuration beyond the tools named in docs/image.md.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Why the tree could not be made.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TreeError {
+    /// File system error.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A tool failed.
+    #[error("{tool} failed: {detail}")]
+    Tool {
+        /// The command.
+        tool: String,
+        /// Its status and error output.
+        detail: String,
+    },
+    /// The packages did not give what the image needs.
+    #[error("the unpacked packages lack {0}")]
+    Missing(String),
+}
+
+pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> TreeError + '_ {
+    move |source| TreeError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// Runs a tool to completion; its failure with its error output is an error.
+pub(crate) fn run(cmd: &mut Command) -> Result<String, TreeError> {
+    let tool = format!("{cmd:?}");
+    let out = cmd.output().map_err(|e| TreeError::Tool {
+        tool: tool.clone(),
+        detail: e.to_string(),
+    })?;
+    if !out.status.success() {
+        return Err(TreeError::Tool {
+            tool,
+            detail: format!(
+                "{}: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The top-level folders Debian bookworm packages still ship outside `/usr`: merged into
+/// `/usr` and replaced by links, as `usrmerge` does on an installed system.
+const MERGED: [&str; 6] = ["bin", "sbin", "lib", "lib32", "lib64", "libx32"];
+
+/// Moves `root/<d>` into `root/usr/<d>` for every merged folder and links `<d>` → `usr/<d>`.
+pub fn merge_usr(root: &Path) -> Result<(), TreeError> {
+    for d in MERGED {
+        let top = root.join(d);
+        let usr = root.join("usr").join(d);
+        match std::fs::symlink_metadata(&top) {
+            Ok(m) if m.is_dir() => {
+                move_into(&top, &usr)?;
+                std::fs::remove_dir(&top).map_err(io(&top))?;
+            }
+            Ok(_) => continue,
+            Err(_) if !usr.exists() => continue,
+            Err(_) => {}
+        }
+        std::os::unix::fs::symlink(format!("usr/{d}"), &top).map_err(io(&top))?;
+    }
+    Ok(())
+}
+
+/// Moves every entry of `from` into `to`, merging folders that exist in both.
+fn move_into(from: &Path, to: &Path) -> Result<(), TreeError> {
+    std::fs::create_dir_all(to).map_err(io(to))?;
+    for entry in sorted_entries(from)? {
+        let src = from.join(&entry);
+        let dst = to.join(&entry);
+        let src_dir = std::fs::symlink_metadata(&src).map_err(io(&src))?.is_dir();
+        let dst_meta = std::fs::symlink_metadata(&dst).ok();
+        match dst_meta {
+            Some(m) if m.is_dir() && src_dir => {
+                move_into(&src, &dst)?;
+                std::fs::remove_dir(&src).map_err(io(&src))?;
+            }
+            Some(_) => {
+                // The /usr copy wins, as in usrmerge: both come from the same packages.
+                remove_any(&src)?;
+            }
+            None => std::fs::rename(&src, &dst).map_err(io(&dst))?,
+        }
+    }
+    Ok(())
+}
+
+/// The names in a folder, sorted (the order never depends on the file system).
+pub fn sorted_entries(dir: &Path) -> Result<Vec<std::ffi::OsString>, TreeError> {
+    let mut names: Vec<_> = std::fs::read_dir(dir)
+        .map_err(io(dir))?
+        .map(|e| e.map(|e| e.file_name()))
+        .collect::<Result<_, _>>()
+        .map_err(io(dir))?;
+    names.sort();
+    Ok(names)
+}
+
+/// Removes a file, link or whole folder; absent is fine.
+pub fn remove_any(path: &Path) -> Result<(), TreeError> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(path).map_err(io(path)),
+        Ok(_) => std::fs::remove_file(path).map_err(io(path)),
+        Err(_) => Ok(()),
+    }
+}
+
+/// Writes a file (creating parents) with a mode.
+pub fn write_file(root: &Path, rel: &str, data: &[u8], mode: u32) -> Result<(), TreeError> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = root.join(rel);
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(io(parent))?;
+    }
+    remove_any(&path)?;
+    std::fs::write(&path, data).map_err(io(&path))?;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).map_err(io(&path))
+}
+
+/// The one kernel version the tree holds (`usr/lib/modules/<version>`).
+pub fn kernel_version(root: &Path) -> Result<String, TreeError> {
+    let dir = root.join("usr/lib/modules");
+    let names = sorted_entries(&dir)?;
+    match &names[..] {
+        [one] => one
+            .to_str()
+            .map(str::to_owned)
+            .ok_or_else(|| TreeError::Missing("a UTF-8 kernel version".into())),
+        _ => Err(TreeError::Missing(format!(
+            "exactly one kernel in usr/lib/modules (found {})",
+            names.len()
+        ))),
+    }
+}
+
+/// Paths (relative, globs ending in `/` mean "the whole folder") the image does not carry:
+/// documentation, translations, and what only an interactive or package-managed system uses.
+pub const LEFT_OUT: &[&str] = &[
+    "usr/share/doc/",
+    "usr/share/man/",
+    "usr/share/info/",
+    "usr/share/locale/",
+    "usr/share/lintian/",
+    "usr/share/bug/",
+    "usr/share/bash-completion/",
+    "usr/share/zsh/",
+    "usr/share/fish/",
+    "usr/share/initramfs-tools/",
+    "usr/lib/kernel/",
+    "etc/kernel/",
+    "var/lib/dpkg/",
+    "var/cache/",
+    "var/log/",
+    // No login of any kind: no getty is ever started, and nothing offers a console prompt.
+    "usr/lib/systemd/system-generators/systemd-getty-generator",
+    "usr/lib/systemd/system/getty@.service",
+    "usr/lib/systemd/system/serial-getty@.service",
+    "usr/lib/systemd/system/console-getty.service",
+    "usr/lib/systemd/system/container-getty@.service",
+    "usr/lib/systemd/system/getty.target",
+    "usr/lib/systemd/system/getty-static.service",
+    "usr/lib/systemd/system/multi-user.target.wants/getty.target",
+    "usr/lib/systemd/system/autovt@.service",
+    "usr/sbin/sulogin",
+    "usr/bin/login",
+    "usr/sbin/agetty",
+    "usr/bin/su",
+];
+
+/// Removes [`LEFT_OUT`] from the tree.
+pub fn leave_out(root: &Path) -> Result<(), TreeError> {
+    for rel in LEFT_OUT {
+        remove_any(&root.join(rel.trim_end_matches('/')))?;
+    }
+    Ok(())
+}
+
+/// `systemd-sysusers --root`: the users and groups of the packages' sysusers.d, with
+/// `/etc/shadow`'s last-change field from `SOURCE_DATE_EPOCH` (set by the caller).
+pub fn sysusers(root: &Path, epoch: u64) -> Result<(), TreeError> {
+    run(Command::new("systemd-sysusers")
+        .env("SOURCE_DATE_EPOCH", epoch.to_string())
+        .arg(format!("--root={}", root.display())))
+    .map(|_| ())
+}
+
+/// `ldconfig -r`: the dynamic linker's cache for the tree's libraries.
+pub fn ldconfig(root: &Path) -> Result<(), TreeError> {
+    run(Command::new("ldconfig").arg("-r").arg(root)).map(|_| ())
+}
+
+/// Enables units as `systemctl enable` would (their `[Install]` sections), offline.
+pub fn enable_units(root: &Path, units: &[&str]) -> Result<(), TreeError> {
+    run(Command::new("systemctl")
+        .arg(format!("--root={}", root.display()))
+        .arg("enable")
+        .args(units))
+    .map(|_| ())
+}

@@ -1,0 +1,73 @@
+//! Two builds from the same lock and `SOURCE_DATE_EPOCH`, in different folders at different
+//! times, give byte-identical outputs; a different epoch does not (so the test can fail).
+
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const OUTPUTS: [&str; 5] = [
+    "uki.efi",
+    "esp.img",
+    "root.erofs",
+    "root.verity",
+    "manifest.json",
+];
+
+fn build(work: &Path, name: &str, epoch: &str, key: &Path, hostd: &Path) -> PathBuf {
+    let out = work.join(name);
+    let target = PathBuf::from(env!("CARGO_BIN_EXE_image"));
+    let target = target.parent().and_then(Path::parent).expect("target dir");
+    let status = Command::new(env!("CARGO_BIN_EXE_image"))
+        .env("SOURCE_DATE_EPOCH", epoch)
+        .arg("build")
+        .arg("--out")
+        .arg(&out)
+        .arg("--hostd")
+        .arg(hostd)
+        .arg("--release-key")
+        .arg(key)
+        .arg("--cache")
+        .arg(target.join("image-debs"))
+        .status()
+        .expect("image build");
+    assert!(status.success(), "image build {name} failed");
+    out
+}
+
+fn digest(path: &Path) -> String {
+    hex::encode(Sha256::digest(std::fs::read(path).expect("output")))
+}
+
+#[test]
+fn two_builds_are_byte_identical() {
+    let work = tempfile::tempdir().expect("work");
+    // Any executable stands for hostd here: the build copies it and records its digest.
+    let hostd = work.path().join("hostd");
+    std::fs::write(&hostd, b"#!/not-a-real-hostd\n").expect("hostd");
+    let key = work.path().join("release.key");
+    std::fs::write(&key, format!("{}\n", "42".repeat(32))).expect("key");
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .expect("key mode");
+    let a = build(work.path(), "a", "1764547200", &key, &hostd);
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let b = build(
+        &work.path().join("elsewhere"),
+        "b",
+        "1764547200",
+        &key,
+        &hostd,
+    );
+    for name in OUTPUTS {
+        assert_eq!(
+            digest(&a.join(name)),
+            digest(&b.join(name)),
+            "{name} differs"
+        );
+    }
+    let c = build(work.path(), "c", "1764547201", &key, &hostd);
+    assert_ne!(
+        digest(&a.join("uki.efi")),
+        digest(&c.join("uki.efi")),
+        "the epoch must reach the outputs"
+    );
+}

@@ -1,0 +1,560 @@
+//! Building, provisioning and booting the image for the VM test.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The build's `SOURCE_DATE_EPOCH` (2025-12-01).
+const EPOCH: &str = "1764547200";
+/// How long a boot may take to hostd's readiness line under TCG on a loaded 2-core machine.
+const BOOT_LIMIT: Duration = Duration::from_secs(360);
+const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
+const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
+
+/// Tools the test needs, with the Debian package that has each.
+const TOOLS: &[(&str, &str)] = &[
+    ("qemu-system-x86_64", "qemu-system-x86"),
+    ("swtpm", "swtpm"),
+    ("mkfs.erofs", "erofs-utils"),
+    ("veritysetup", "cryptsetup-bin"),
+    ("mkfs.fat", "dosfstools"),
+    ("mcopy", "mtools"),
+    ("zstd", "zstd"),
+    ("depmod", "kmod"),
+    ("mkfs.ext4", "e2fsprogs"),
+];
+
+fn check_tools() {
+    let missing: Vec<&str> = TOOLS
+        .iter()
+        .filter(|(tool, _)| {
+            !Command::new("sh")
+                .args(["-c", &format!("command -v {tool}")])
+                .stdout(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        })
+        .map(|(_, pkg)| *pkg)
+        .collect();
+    let ovmf = Path::new(OVMF_CODE).exists();
+    assert!(
+        missing.is_empty() && ovmf,
+        "the image test needs these Debian packages: {} (and ovmf); `.ci/run` installs them",
+        missing.join(" ")
+    );
+}
+
+pub(crate) fn ok(out: Output, what: &str) -> String {
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{text}",
+        out.status
+    );
+    text
+}
+
+fn run(cmd: &mut Command, what: &str) -> String {
+    ok(cmd.output().unwrap_or_else(|e| panic!("{what}: {e}")), what)
+}
+
+/// Everything built once for the test: the image, the node's material, the swtpm state.
+pub(crate) struct Fixture {
+    pub(crate) work: PathBuf,
+    pub(crate) out: PathBuf,
+    pub(crate) esp: PathBuf,
+    pub(crate) dev: PathBuf,
+    bin: PathBuf,
+    provision: PathBuf,
+    state: PathBuf,
+    tpm: PathBuf,
+    pub(crate) port: u16,
+}
+
+impl Fixture {
+    pub(crate) fn build() -> Fixture {
+        check_tools();
+        let image_bin = PathBuf::from(env!("CARGO_BIN_EXE_image"));
+        let bin = image_bin.parent().expect("bin dir").to_owned();
+        let target = bin.parent().expect("target dir").to_owned();
+        let work = target.join("image-vm-test");
+        let _ = std::fs::remove_dir_all(&work);
+        std::fs::create_dir_all(&work).expect("work dir");
+        let hostd = production_hostd(&target);
+        let dev = work.join("dev");
+        run(
+            Command::new(bin.join("hostd"))
+                .args(["dev", "--prepare-only", "--gpus", "H100:1", "--dir"])
+                .arg(&dev),
+            "hostd dev --prepare-only",
+        );
+        run(
+            Command::new(bin.join("sovctl"))
+                .args(["attest", "keygen", "--out"])
+                .arg(work.join("release.key")),
+            "sovctl attest keygen",
+        );
+        let out = work.join("out");
+        let started = Instant::now();
+        let built = run(
+            Command::new(&image_bin)
+                .env("SOURCE_DATE_EPOCH", EPOCH)
+                .arg("build")
+                .arg("--out")
+                .arg(&out)
+                .arg("--hostd")
+                .arg(&hostd)
+                .arg("--simulated-nvml")
+                .arg(bin.join("libnvidia_ml_sim.so"))
+                .arg("--release-key")
+                .arg(work.join("release.key"))
+                .arg("--cache")
+                .arg(target.join("image-debs")),
+            "image build",
+        );
+        eprintln!(
+            "{} (test: {:.1} s)",
+            built.trim(),
+            started.elapsed().as_secs_f64()
+        );
+        let port = free_port();
+        let mut fx = Fixture {
+            esp: out.join("esp.img"),
+            out,
+            provision: work.join("provision.img"),
+            state: work.join("state.img"),
+            tpm: work.join("tpm"),
+            dev,
+            bin,
+            work,
+            port,
+        };
+        fx.provision(&image_bin);
+        fx
+    }
+
+    /// The node's own material, as an operator would write it, on a provisioning disk; a
+    /// blank state disk; a fresh TPM.
+    fn provision(&mut self, image_bin: &Path) {
+        let node = self.work.join("node");
+        std::fs::create_dir_all(node.join("server")).expect("node dir");
+        std::fs::create_dir_all(node.join("state")).expect("node dir");
+        for f in [
+            "ca.pem",
+            "policy.toml",
+            "policy.toml.sig",
+            "policy-authority.key.pub",
+            "server/cert.pem",
+            "server/key.pem",
+            "state/node.key",
+        ] {
+            std::fs::copy(self.dev.join(f), node.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+        }
+        self.enroll(&node.join("enrollment.json"));
+        let verifier =
+            std::fs::read_to_string(self.dev.join("verifier.key.pub")).expect("verifier key");
+        std::fs::write(node.join("hostd.toml"), node_config(verifier.trim())).expect("config");
+        run(
+            Command::new(image_bin)
+                .arg("provision")
+                .arg("--from")
+                .arg(&node)
+                .arg("--out")
+                .arg(&self.provision),
+            "image provision",
+        );
+        let state = std::fs::File::create(&self.state).expect("state disk");
+        state.set_len(512 << 20).expect("state disk size");
+        std::fs::create_dir_all(&self.tpm).expect("tpm dir");
+        for profile in ["operator", "auditor", "hyd-speech"] {
+            let path = self.dev.join(profile).join("profile.toml");
+            let text = std::fs::read_to_string(&path).expect("profile");
+            let text = text.replace(
+                "https://127.0.0.1:8443",
+                &format!("https://127.0.0.1:{}", self.port),
+            );
+            std::fs::write(&path, text).expect("profile");
+        }
+    }
+
+    /// The operator's enrollment of the node: its identity key and its TPM's attestation key,
+    /// read from the TPM before the node's first boot (the AK is derived from the TPM's
+    /// endorsement seed, so the node derives the same key when it boots).
+    fn enroll(&self, out: &Path) {
+        let sw = tpm::swtpm::Swtpm::start(&self.tpm).expect("swtpm for enrollment");
+        let mut t = sw.connect().expect("swtpm socket");
+        let ak = hex::encode(tpm::ak_public(&mut t).expect("AK public"));
+        drop(t);
+        drop(sw);
+        let dev = |f: &str| self.dev.join(f).display().to_string();
+        ok(
+            Command::new(self.bin.join("sovctl"))
+                .args([
+                    "attest",
+                    "enroll",
+                    "--authority-key",
+                    &dev("enrollment-authority.key"),
+                ])
+                .args([
+                    "--node-key",
+                    &dev("state/node.pub"),
+                    "--node-name",
+                    "vm-node",
+                ])
+                .args([
+                    "--jurisdiction",
+                    "IN-TG",
+                    "--facility",
+                    "hyd-dev-1",
+                    "--tpm-ak",
+                    &ak,
+                ])
+                .arg("--out")
+                .arg(out)
+                .output()
+                .expect("sovctl attest enroll"),
+            "sovctl attest enroll",
+        );
+    }
+
+    pub(crate) fn sovctl(&self, profile: &str, args: &[&str]) -> Output {
+        Command::new(self.bin.join("sovctl"))
+            .arg("--profile")
+            .arg(self.dev.join(profile))
+            .args(args)
+            .output()
+            .expect("sovctl")
+    }
+
+    /// `sovctl attest` against the build's manifest, as a verifier on the host would run it.
+    pub(crate) fn attest(&self, _vm: &Vm) -> String {
+        let f = |name: &str| self.dev.join(name).display().to_string();
+        let reference = self.out.join("manifest.json").display().to_string();
+        let out = self.sovctl(
+            "operator",
+            &[
+                "attest",
+                "--nonce-random",
+                "--reference",
+                &reference,
+                "--enrollment-authority",
+                &f("enrollment-authority.key.pub"),
+                "--nvidia-root",
+                &f("nvidia-roots.pem"),
+                "--rim",
+                &f("rims"),
+                "--rim-root",
+                &f("rim-root.pem"),
+                "--require-gpu-reports",
+                "--min-gpus",
+                "1",
+            ],
+        );
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    }
+
+    /// Bills something (so the ledger is not empty), exports the ledger as an auditor and
+    /// verifies the export offline against the first export's key; returns its record count.
+    pub(crate) fn export_ledger(&self, _vm: &Vm, name: &str) -> usize {
+        let _ = self.sovctl(
+            "operator",
+            &[
+                "tenant",
+                "create",
+                "--id",
+                "hyd-speech",
+                "--name",
+                "Hyderabad Speech Labs",
+                "--jurisdiction",
+                "IN-TG",
+            ],
+        );
+        let lease = ok(
+            self.sovctl(
+                "hyd-speech",
+                &[
+                    "--json",
+                    "lease",
+                    "create",
+                    "--tenant",
+                    "hyd-speech",
+                    "--gpus",
+                    "1",
+                    "--model",
+                    "H100",
+                    "--classification",
+                    "internal",
+                ],
+            ),
+            "lease create",
+        );
+        let id = serde_json_id(&lease);
+        ok(
+            self.sovctl("hyd-speech", &["lease", "end", &id]),
+            "lease end",
+        );
+        let dir = self.work.join(name);
+        ok(
+            self.sovctl(
+                "auditor",
+                &["audit", "export", "--out", dir.to_str().expect("utf-8")],
+            ),
+            "audit export",
+        );
+        let first = self.work.join("export-1");
+        let mut args = vec![
+            "audit".to_owned(),
+            "verify".to_owned(),
+            dir.display().to_string(),
+            "--quiet".to_owned(),
+            "--vkey".to_owned(),
+            first.join("log.vkey").display().to_string(),
+        ];
+        if dir != first {
+            args.push("--previous".into());
+            args.push(first.join("checkpoint").display().to_string());
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        ok(self.sovctl("auditor", &args), "audit verify");
+        std::fs::read_to_string(dir.join("records.jsonl"))
+            .expect("records")
+            .lines()
+            .count()
+    }
+
+    /// The ESP of a UKI whose command line differs from the built one in one byte.
+    pub(crate) fn tampered_esp(&self) -> PathBuf {
+        let mut uki = std::fs::read(self.out.join("uki.efi")).expect("uki");
+        let needle = b"panic=10";
+        let at = uki
+            .windows(needle.len())
+            .position(|w| w == needle)
+            .expect("panic=10 in the UKI's command line");
+        uki[at + needle.len() - 1] = b'9';
+        let path = self.work.join("tampered.efi");
+        std::fs::write(&path, &uki).expect("tampered uki");
+        let esp = self.work.join("tampered-esp.img");
+        image::build::write_esp(&path, &esp, EPOCH.parse().expect("epoch")).expect("esp");
+        esp
+    }
+}
+
+fn serde_json_id(text: &str) -> String {
+    let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap_or_else(|e| {
+        panic!("lease create --json answered {text:?}: {e}");
+    });
+    v["id"].as_str().expect("lease id").to_owned()
+}
+
+/// The node's hostd.toml, as its operator writes it.
+fn node_config(verifier: &str) -> String {
+    format!(
+        r#"[node]
+name = "vm-node"
+jurisdiction = "IN-TG"
+facility = "hyd-dev-1"
+
+[api]
+listen = "0.0.0.0:7443"
+trust_domain = "sovereign.local"
+ca = "ca.pem"
+cert = "server/cert.pem"
+key = "server/key.pem"
+
+[state]
+dir = "state"
+
+[gpu]
+nvml_library = "/usr/lib/sovereign-host/libnvidia_ml_sim.so"
+
+[rates]
+H100 = "250.00"
+
+[policy]
+file = "policy.toml"
+authority = "policy-authority.key.pub"
+
+[attestation]
+enrollment_certificate = "enrollment.json"
+verifier_keys = ["{verifier}"]
+
+[workloads]
+enabled = false
+"#
+    )
+}
+
+/// `cargo build --no-default-features` of hostd: the production build, without simulation, in
+/// a target folder of its own (the outer `cargo test` holds the workspace's).
+fn production_hostd(target: &Path) -> PathBuf {
+    let dir = target.join("image-hostd");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let started = Instant::now();
+    run(
+        Command::new(cargo)
+            .args([
+                "build",
+                "-q",
+                "-p",
+                "hostd",
+                "--no-default-features",
+                "--bin",
+                "hostd",
+                "--target-dir",
+            ])
+            .arg(&dir)
+            .current_dir(env!("CARGO_MANIFEST_DIR")),
+        "building the production hostd",
+    );
+    eprintln!(
+        "production hostd built in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    dir.join("debug/hostd")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// A running VM (and its swtpm); killed when dropped.
+pub(crate) struct Vm {
+    qemu: Child,
+    swtpm: Child,
+    console: PathBuf,
+}
+
+impl Vm {
+    /// Boots `esp` with the fixture's disks and TPM and waits for hostd's readiness line.
+    pub(crate) fn boot(fx: &Fixture, esp: &Path, label: &str) -> Vm {
+        let tag = label.replace(' ', "-");
+        let sock = fx.work.join(format!("swtpm-{tag}.sock"));
+        let swtpm = Command::new("swtpm")
+            .args(["socket", "--tpm2", "--flags", "startup-clear", "--tpmstate"])
+            .arg(format!("dir={}", fx.tpm.display()))
+            .arg("--ctrl")
+            .arg(format!("type=unixio,path={}", sock.display()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("swtpm");
+        wait_for(|| sock.exists(), Duration::from_secs(10), "swtpm socket");
+        let vars = fx.work.join(format!("vars-{tag}.fd"));
+        std::fs::copy(OVMF_VARS, &vars).expect("OVMF vars");
+        let console = fx.work.join(format!("console-{tag}.log"));
+        let started = Instant::now();
+        let qemu = Command::new("qemu-system-x86_64")
+            .args(["-accel", "tcg", "-smp", "1", "-m", "2048", "-no-reboot"])
+            .args([
+                "-drive",
+                &format!("if=pflash,format=raw,readonly=on,file={OVMF_CODE}"),
+            ])
+            .args([
+                "-drive",
+                &format!("if=pflash,format=raw,file={}", vars.display()),
+            ])
+            .args([
+                "-chardev",
+                &format!("socket,id=chrtpm,path={}", sock.display()),
+            ])
+            .args([
+                "-tpmdev",
+                "emulator,id=tpm0,chardev=chrtpm",
+                "-device",
+                "tpm-crb,tpmdev=tpm0",
+            ])
+            .args(disk("esp", esp, true, None))
+            .args(disk("root", &fx.out.join("root.erofs"), true, None))
+            .args(disk("verity", &fx.out.join("root.verity"), true, None))
+            .args(disk("state", &fx.state, false, Some("sovereign-state")))
+            .args(disk("prov", &fx.provision, true, None))
+            .args([
+                "-netdev",
+                &format!("user,id=n0,hostfwd=tcp:127.0.0.1:{}-:7443", fx.port),
+            ])
+            .args(["-device", "virtio-net-pci,netdev=n0"])
+            .args(["-serial", &format!("file:{}", console.display())])
+            .arg("-display")
+            .arg("none")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("qemu");
+        let vm = Vm {
+            qemu,
+            swtpm,
+            console,
+        };
+        wait_for(
+            || vm.console_text().contains("hostd ready"),
+            BOOT_LIMIT,
+            &format!("hostd's readiness line ({label})"),
+        );
+        eprintln!(
+            "{label}: hostd ready {:.1} s after qemu started",
+            started.elapsed().as_secs_f64()
+        );
+        vm
+    }
+
+    fn console_text(&self) -> String {
+        String::from_utf8_lossy(&std::fs::read(&self.console).unwrap_or_default()).into_owned()
+    }
+
+    pub(crate) fn console_tail(&self) -> String {
+        let text = self.console_text();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+
+    /// Cuts the power: qemu stops at once, as a node does when its PSU fails. The state disk
+    /// (ext4, sled's fsyncs, the ledger's write-ahead intents) must survive it.
+    pub(crate) fn power_cut(&mut self) {
+        let _ = self.qemu.kill();
+        let _ = self.qemu.wait();
+        let _ = self.swtpm.kill();
+        let _ = self.swtpm.wait();
+    }
+}
+
+impl Drop for Vm {
+    fn drop(&mut self) {
+        let _ = self.qemu.kill();
+        let _ = self.qemu.wait();
+        let _ = self.swtpm.kill();
+        let _ = self.swtpm.wait();
+    }
+}
+
+fn disk(id: &str, file: &Path, readonly: bool, serial: Option<&str>) -> Vec<String> {
+    let ro = if readonly { ",readonly=on" } else { "" };
+    let serial = serial.map(|s| format!(",serial={s}")).unwrap_or_default();
+    vec![
+        "-drive".into(),
+        format!("if=none,id={id},format=raw{ro},file={}", file.display()),
+        "-device".into(),
+        format!("virtio-blk-pci,drive={id}{serial}"),
+    ]
+}
+
+fn wait_for(mut done: impl FnMut() -> bool, limit: Duration, what: &str) {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if done() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    panic!("timed out after {} s waiting for {what}", limit.as_secs());
+}
