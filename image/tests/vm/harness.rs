@@ -483,16 +483,24 @@ impl Vm {
         vm
     }
 
-    /// Boots and waits for the machine to power off by itself (a boot that must fail: the
-    /// image powers off rather than offer a shell); returns the console.
-    pub(crate) fn boot_until_off(fx: &Fixture, esp: &Path, state: &Path, label: &str) -> String {
+    /// Boots a machine that must not get as far as hostd (its sealed state stays closed):
+    /// waits until it powers off by itself (the image's answer to a failed boot) or `window`
+    /// passes, whichever is first, then stops it; returns the console.
+    pub(crate) fn boot_refused(
+        fx: &Fixture,
+        esp: &Path,
+        state: &Path,
+        label: &str,
+        window: Duration,
+    ) -> String {
         let mut vm = Vm::start(fx, esp, state, label);
-        wait_for(
-            || matches!(vm.qemu.try_wait(), Ok(Some(_))),
-            BOOT_LIMIT,
-            &format!("the VM to power off ({label})"),
-        );
-        vm.console_text()
+        let deadline = Instant::now() + window;
+        while Instant::now() < deadline && !matches!(vm.qemu.try_wait(), Ok(Some(_))) {
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        let console = vm.console_text();
+        vm.power_cut();
+        console
     }
 
     fn start(fx: &Fixture, esp: &Path, state: &Path, label: &str) -> Vm {
