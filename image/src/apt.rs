@@ -12,13 +12,8 @@ use std::process::Command;
 #[non_exhaustive]
 pub enum AptError {
     /// A tool could not be started or failed.
-    #[error("{tool} failed: {detail}")]
-    Tool {
-        /// The command.
-        tool: String,
-        /// Its status and error output.
-        detail: String,
-    },
+    #[error(transparent)]
+    Tool(#[from] crate::tool::ToolError),
     /// The archive no longer serves a pinned version (a security update replaced it).
     #[error(
         "package {name} {version} of packages.lock is no longer served by the Debian archive \
@@ -68,24 +63,8 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> AptError + '_ {
     }
 }
 
-/// Runs a command and returns its standard output, or the failure with its error output.
 fn run(cmd: &mut Command) -> Result<String, AptError> {
-    let tool = format!("{cmd:?}");
-    let out = cmd.output().map_err(|e| AptError::Tool {
-        tool: tool.clone(),
-        detail: e.to_string(),
-    })?;
-    if !out.status.success() {
-        return Err(AptError::Tool {
-            tool,
-            detail: format!(
-                "{}: {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            ),
-        });
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    Ok(crate::tool::run(cmd)?)
 }
 
 /// Resolves `packages.toml` into a lock: the dependency closure of each part as apt would

@@ -14,4 +14,5 @@ pub mod measure;
 pub mod modules;
 pub mod provision;
 pub mod rootfs;
+pub mod tool;
 pub mod uki;

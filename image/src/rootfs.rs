@@ -23,13 +23,8 @@ pub enum TreeError {
         source: std::io::Error,
     },
     /// A tool failed.
-    #[error("{tool} failed: {detail}")]
-    Tool {
-        /// The command.
-        tool: String,
-        /// Its status and error output.
-        detail: String,
-    },
+    #[error(transparent)]
+    Tool(#[from] crate::tool::ToolError),
     /// The packages did not give what the image needs.
     #[error("the unpacked packages lack {0}")]
     Missing(String),
@@ -42,24 +37,9 @@ pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> TreeError + '_ {
     }
 }
 
-/// Runs a tool to completion; its failure with its error output is an error.
+/// Runs a tool to completion (see [`crate::tool::run`]).
 pub(crate) fn run(cmd: &mut Command) -> Result<String, TreeError> {
-    let tool = format!("{cmd:?}");
-    let out = cmd.output().map_err(|e| TreeError::Tool {
-        tool: tool.clone(),
-        detail: e.to_string(),
-    })?;
-    if !out.status.success() {
-        return Err(TreeError::Tool {
-            tool,
-            detail: format!(
-                "{}: {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr).trim()
-            ),
-        });
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    Ok(crate::tool::run(cmd)?)
 }
 
 /// The top-level folders Debian bookworm packages still ship outside `/usr`: merged into
