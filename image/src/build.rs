@@ -177,6 +177,13 @@ fn configure_root(spec: &BuildSpec, root: &Path) -> Result<Vec<u8>, BuildError> 
     rootfs::remove_any(&root.join("boot"))?;
     rootfs::leave_out(root)?;
     modules::keep_only(root, &version, modules::ROOT_MODULES)?;
+    let preload = modules::ROOT_PRELOAD.join("\n") + "\n";
+    write_file(
+        root,
+        "usr/lib/modules-load.d/50-sovereign.conf",
+        preload.as_bytes(),
+        0o644,
+    )?;
     install_files(spec, root)?;
     rootfs::sysusers(root, spec.epoch)?;
     rootfs::ldconfig(root)?;
@@ -251,7 +258,8 @@ fn install_files(spec: &BuildSpec, root: &Path) -> Result<(), BuildError> {
         &f("sysctl.conf")?,
         0o644,
     )?;
-    write_file(root, "etc/fstab", fstab(spec).as_bytes(), 0o644)?;
+    write_file(root, "etc/fstab", fstab().as_bytes(), 0o644)?;
+    install_state_disk(spec, root)?;
     for unit in ["emergency.service", "rescue.service"] {
         write_file(
             root,
@@ -310,15 +318,82 @@ fn enable_ext4_encryption(root: &Path) -> Result<(), BuildError> {
     Ok(())
 }
 
-fn fstab(spec: &BuildSpec) -> String {
-    format!(
-        "# The root is the dm-verity device the initrd set up from the measured command line;\n\
-         # /var is memory (systemd-tmpfiles fills it at boot) but for hostd's state disk.\n\
-         # State: formatted on first boot (the provisioning disk is mounted by its own unit).\n\
-         tmpfs /var tmpfs mode=0755,nosuid,nodev,size=256M 0 0\n\
-         {state} /var/lib/hostd ext4 defaults,nodev,nosuid,x-systemd.makefs 0 0\n",
-        state = spec.state_device
-    )
+fn fstab() -> String {
+    "# The root is the dm-verity device the initrd set up from the measured command line;\n\
+     # /var is memory (systemd-tmpfiles fills it at boot) but for hostd's sealed state.\n\
+     tmpfs /var tmpfs mode=0755,nosuid,nodev,size=256M 0 0\n\
+     /dev/mapper/sovstate /var/lib/hostd ext4 defaults,nodev,nosuid 0 0\n"
+        .to_owned()
+}
+
+/// The state partition, by the label `repart.d/50-state.conf` gives it.
+const STATE_PARTITION: &str = "/dev/disk/by-partlabel/sovereign-state";
+
+/// The sealed state disk: on first boot `systemd-repart` creates its one partition, LUKS2 with
+/// a random volume key whose only keyslot is sealed to the TPM under a PCR 11 policy, and
+/// ext4 inside; on every boot `systemd-cryptsetup` opens it with the TPM. Both run before
+/// `sysinit`, so they see the same PCR 11 (the UKI's sections, `enter-initrd`,
+/// `leave-initrd`): under another image, or off this node's TPM, the disk does not open.
+fn install_state_disk(spec: &BuildSpec, root: &Path) -> Result<(), BuildError> {
+    let repart = read(&spec.files.join("repart.d/50-state.conf"))?;
+    write_file(
+        root,
+        "usr/lib/sovereign-host/repart.d/50-state.conf",
+        &repart,
+        0o644,
+    )?;
+    let device_unit = format!(
+        "{}.device",
+        run(Command::new("systemd-escape")
+            .arg("--path")
+            .arg(&spec.state_device))?
+        .trim()
+    );
+    let unit = format!(
+        "[Unit]\n\
+         Description=Sealed state partition (created on first boot: LUKS2 sealed to PCR 11)\n\
+         Documentation=file:/usr/share/sovereign-host/docs/image.md\n\
+         DefaultDependencies=no\n\
+         BindsTo={device_unit}\n\
+         After={device_unit}\n\
+         Before=systemd-cryptsetup@sovstate.service systemd-pcrphase-sysinit.service sysinit.target shutdown.target\n\
+         Conflicts=shutdown.target\n\
+         \n\
+         [Service]\n\
+         Type=oneshot\n\
+         RemainAfterExit=yes\n\
+         ExecStart=/usr/bin/systemd-repart --dry-run=no --empty=allow \
+         --definitions=/usr/lib/sovereign-host/repart.d --tpm2-device=auto --tpm2-pcrs=11 {device}\n\
+         # A new partition table is re-read: the partition's device goes and comes back, and\n\
+         # systemd-cryptsetup must not start in that gap (it fails at once, bound to a device\n\
+         # that is not there).\n\
+         ExecStartPost=/usr/bin/udevadm wait --settle --timeout=120 {partition}\n",
+        partition = STATE_PARTITION,
+        device = spec.state_device
+    );
+    write_file(
+        root,
+        "usr/lib/systemd/system/sovereign-state.service",
+        unit.as_bytes(),
+        0o644,
+    )?;
+    write_file(
+        root,
+        "usr/lib/systemd/system/systemd-cryptsetup@sovstate.service.d/50-sovereign-state.conf",
+        b"[Unit]\nWants=sovereign-state.service\nAfter=sovereign-state.service\n",
+        0o644,
+    )?;
+    write_file(
+        root,
+        "etc/crypttab",
+        format!(
+            "# The sealed state partition (sovereign-state.service creates it on first boot).\n\
+             sovstate {STATE_PARTITION} - tpm2-device=auto,headless=true\n"
+        )
+        .as_bytes(),
+        0o644,
+    )?;
+    Ok(())
 }
 
 /// os-release of the image (also the UKI's `.osrel`).
@@ -348,7 +423,7 @@ fn cmdline(spec: &BuildSpec, root_hash: &str) -> String {
     let mut c = format!(
         "console=ttyS0 roothash={root_hash} systemd.verity_root_data=/dev/disk/by-uuid/{ROOT_UUID} \
          systemd.verity_root_hash=/dev/disk/by-uuid/{VERITY_UUID} rootfstype=erofs ro \
-         {HARDENING} systemd.show_status=error"
+         {HARDENING} quiet loglevel=3 systemd.show_status=error"
     );
     if !spec.extra_cmdline.is_empty() {
         c.push(' ');
@@ -407,6 +482,8 @@ const INITRD_LEFT_OUT: &[&str] = &[
     "usr/lib/systemd/boot",
     // The root's mounts and enabled units are not the initrd's: it mounts only the root.
     "etc/fstab",
+    "etc/crypttab",
+    "usr/lib/modules-load.d/50-sovereign.conf",
     "etc/nftables.conf",
     "etc/systemd/system",
 ];

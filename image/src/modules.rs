@@ -27,6 +27,15 @@ pub const ROOT_MODULES: &[&str] = &[
     "dm_verity",
     "dm_crypt",
     "ext4",
+    // systemd-repart formats the new state partition through a loop device
+    "loop",
+    // LUKS2's aes-xts-plain64, and the kernel crypto API cryptsetup uses for keyslots
+    "xts",
+    "ecb",
+    "aesni_intel",
+    "af_alg",
+    "algif_skcipher",
+    "algif_hash",
     "crc32c_generic",
     "crc32c_intel",
     // the TPM
@@ -37,6 +46,19 @@ pub const ROOT_MODULES: &[&str] = &[
     "kernel/net/netfilter/",
     "kernel/net/ipv4/netfilter/",
     "kernel/net/ipv6/netfilter/",
+];
+
+/// Modules the root loads at boot (`modules-load.d`) rather than on the kernel's request:
+/// the state disk is opened before anything would ask, and a request that finds no module
+/// fails with a bare ENOENT (as dm-crypt's `xts(aes)` did).
+pub const ROOT_PRELOAD: &[&str] = &[
+    "loop",
+    "dm_crypt",
+    "xts",
+    "ecb",
+    "af_alg",
+    "algif_skcipher",
+    "algif_hash",
 ];
 
 /// Modules the initrd carries: what finding and mounting the verity-protected root takes.

@@ -15,6 +15,7 @@ const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
 const TOOLS: &[(&str, &str)] = &[
     ("qemu-system-x86_64", "qemu-system-x86"),
     ("swtpm", "swtpm"),
+    ("swtpm_setup", "swtpm-tools"),
     ("mkfs.erofs", "erofs-utils"),
     ("veritysetup", "cryptsetup-bin"),
     ("mkfs.fat", "dosfstools"),
@@ -70,7 +71,7 @@ pub(crate) struct Fixture {
     pub(crate) dev: PathBuf,
     bin: PathBuf,
     provision: PathBuf,
-    state: PathBuf,
+    pub(crate) state: PathBuf,
     tpm: PathBuf,
     pub(crate) port: u16,
 }
@@ -113,7 +114,8 @@ impl Fixture {
                 .arg("--release-key")
                 .arg(work.join("release.key"))
                 .arg("--cache")
-                .arg(target.join("image-debs")),
+                .arg(target.join("image-debs"))
+                .args(debug_cmdline()),
             "image build",
         );
         eprintln!(
@@ -167,9 +169,7 @@ impl Fixture {
                 .arg(&self.provision),
             "image provision",
         );
-        let state = std::fs::File::create(&self.state).expect("state disk");
-        state.set_len(512 << 20).expect("state disk size");
-        std::fs::create_dir_all(&self.tpm).expect("tpm dir");
+        blank_disk(&self.state);
         for profile in ["operator", "auditor", "hyd-speech"] {
             let path = self.dev.join(profile).join("profile.toml");
             let text = std::fs::read_to_string(&path).expect("profile");
@@ -185,6 +185,21 @@ impl Fixture {
     /// read from the TPM before the node's first boot (the AK is derived from the TPM's
     /// endorsement seed, so the node derives the same key when it boots).
     fn enroll(&self, out: &Path) {
+        // A TPM with only the SHA-256 bank active, as the image's measurements use: every
+        // extend into four banks costs boot time under emulation.
+        std::fs::create_dir_all(&self.tpm).expect("tpm dir");
+        run(
+            Command::new("swtpm_setup")
+                .args([
+                    "--tpm2",
+                    "--pcr-banks",
+                    "sha256",
+                    "--overwrite",
+                    "--tpmstate",
+                ])
+                .arg(&self.tpm),
+            "swtpm_setup",
+        );
         let sw = tpm::swtpm::Swtpm::start(&self.tpm).expect("swtpm for enrollment");
         let mut t = sw.connect().expect("swtpm socket");
         let ak = hex::encode(tpm::ak_public(&mut t).expect("AK public"));
@@ -392,6 +407,18 @@ enabled = false
     )
 }
 
+/// With `SOVEREIGN_VM_DEBUG=1`, the whole journal goes to the console (slower boots; for
+/// finding out why a boot stalls, since the image has no shell to look with).
+fn debug_cmdline() -> Vec<String> {
+    match std::env::var("SOVEREIGN_VM_DEBUG").as_deref() {
+        Ok("1") => vec![
+            "--extra-cmdline".into(),
+            "systemd.journald.forward_to_console=1 systemd.journald.max_level_console=info".into(),
+        ],
+        _ => Vec::new(),
+    }
+}
+
 /// `cargo build --no-default-features` of hostd: the production build, without simulation, in
 /// a target folder of its own (the outer `cargo test` holds the workspace's).
 fn production_hostd(target: &Path) -> PathBuf {
@@ -421,6 +448,12 @@ fn production_hostd(target: &Path) -> PathBuf {
     dir.join("debug/hostd")
 }
 
+/// A blank 512 MiB disk (sparse).
+pub(crate) fn blank_disk(path: &Path) {
+    let disk = std::fs::File::create(path).expect("blank disk");
+    disk.set_len(512 << 20).expect("blank disk size");
+}
+
 /// fake-nvml's library: next to the binaries, or in `deps/` where a clean `cargo test` leaves
 /// it (as hostd's own lookup does).
 fn sim_library(bin: &Path) -> PathBuf {
@@ -446,9 +479,61 @@ pub(crate) struct Vm {
 }
 
 impl Vm {
-    /// Boots `esp` with the fixture's disks and TPM and waits for hostd's readiness line.
-    pub(crate) fn boot(fx: &Fixture, esp: &Path, label: &str) -> Vm {
-        let tag = label.replace(' ', "-");
+    /// Boots `esp` with the fixture's disks, `state` as the state disk and the fixture's TPM,
+    /// and waits for hostd's readiness line.
+    pub(crate) fn boot(fx: &Fixture, esp: &Path, state: &Path, label: &str) -> Vm {
+        let started = Instant::now();
+        let mut vm = Vm::start(fx, esp, state, label);
+        let deadline = Instant::now() + BOOT_LIMIT;
+        while !vm.console_text().contains("hostd ready") {
+            if matches!(vm.qemu.try_wait(), Ok(Some(_))) {
+                panic!(
+                    "the VM powered off before hostd was ready ({label}):\n{}",
+                    vm.console_tail()
+                );
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "no hostd readiness line after {} s ({label}):\n{}",
+                    BOOT_LIMIT.as_secs(),
+                    vm.console_tail()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        eprintln!(
+            "{label}: hostd ready {:.1} s after qemu started",
+            started.elapsed().as_secs_f64()
+        );
+        vm
+    }
+
+    /// Boots a machine that must not get as far as hostd (its sealed state stays closed):
+    /// waits until it powers off by itself (the image's answer to a failed boot) or `window`
+    /// passes, whichever is first, then stops it; returns the console.
+    pub(crate) fn boot_refused(
+        fx: &Fixture,
+        esp: &Path,
+        state: &Path,
+        label: &str,
+        window: Duration,
+    ) -> String {
+        let mut vm = Vm::start(fx, esp, state, label);
+        let deadline = Instant::now() + window;
+        while Instant::now() < deadline && !matches!(vm.qemu.try_wait(), Ok(Some(_))) {
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        let console = vm.console_text();
+        vm.power_cut();
+        console
+    }
+
+    fn start(fx: &Fixture, esp: &Path, state: &Path, label: &str) -> Vm {
+        // File names from the label, safe inside qemu's and swtpm's comma-separated options.
+        let tag: String = label
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
         let sock = fx.work.join(format!("swtpm-{tag}.sock"));
         let swtpm = Command::new("swtpm")
             .args(["socket", "--tpm2", "--flags", "startup-clear", "--tpmstate"])
@@ -463,9 +548,18 @@ impl Vm {
         let vars = fx.work.join(format!("vars-{tag}.fd"));
         std::fs::copy(OVMF_VARS, &vars).expect("OVMF vars");
         let console = fx.work.join(format!("console-{tag}.log"));
-        let started = Instant::now();
+        // -nodefaults: no VGA, CD-ROM or floppy for the firmware to probe, as on a server.
         let qemu = Command::new("qemu-system-x86_64")
-            .args(["-accel", "tcg", "-smp", "1", "-m", "2048", "-no-reboot"])
+            .args([
+                "-accel",
+                "tcg",
+                "-smp",
+                "1",
+                "-m",
+                "2048",
+                "-no-reboot",
+                "-nodefaults",
+            ])
             .args([
                 "-drive",
                 &format!("if=pflash,format=raw,readonly=on,file={OVMF_CODE}"),
@@ -487,7 +581,7 @@ impl Vm {
             .args(disk("esp", esp, true, None))
             .args(disk("root", &fx.out.join("root.erofs"), true, None))
             .args(disk("verity", &fx.out.join("root.verity"), true, None))
-            .args(disk("state", &fx.state, false, Some("sovereign-state")))
+            .args(disk("state", state, false, Some("sovereign-state")))
             .args(disk("prov", &fx.provision, true, None))
             .args([
                 "-netdev",
@@ -501,21 +595,11 @@ impl Vm {
             .stderr(Stdio::null())
             .spawn()
             .expect("qemu");
-        let vm = Vm {
+        Vm {
             qemu,
             swtpm,
             console,
-        };
-        wait_for(
-            || vm.console_text().contains("hostd ready"),
-            BOOT_LIMIT,
-            &format!("hostd's readiness line ({label})"),
-        );
-        eprintln!(
-            "{label}: hostd ready {:.1} s after qemu started",
-            started.elapsed().as_secs_f64()
-        );
-        vm
+        }
     }
 
     fn console_text(&self) -> String {

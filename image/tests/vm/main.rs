@@ -6,16 +6,18 @@
 mod harness;
 
 use harness::{Fixture, Vm};
+use std::time::Duration;
 
 /// One boot of the image answers `sovctl attest` with `affirming` against the build's
-/// manifest; the same image with one byte of its UKI command line changed boots too, and the
-/// same check gives `contraindicated`, naming PCR 11. A reboot after a power cut keeps the
-/// node's ledger: the later export extends the first.
+/// manifest. The same image with one byte of its UKI command line changed cannot open the
+/// node's sealed state disk (PCR 11 differs), so hostd never starts; given a fresh state disk it boots,
+/// and the same check gives `contraindicated`, naming PCR 11. After a power cut the original
+/// image opens its state again, and the node's ledger is extended, not replaced.
 #[test]
 fn the_image_boots_attests_and_a_changed_command_line_is_caught() {
     let fx = Fixture::build();
 
-    let mut vm = Vm::boot(&fx, &fx.esp, "first boot");
+    let mut vm = Vm::boot(&fx, &fx.esp, &fx.state, "first boot");
     let first = fx.attest(&vm);
     assert!(
         first.contains("affirming"),
@@ -26,7 +28,24 @@ fn the_image_boots_attests_and_a_changed_command_line_is_caught() {
     vm.power_cut();
 
     let tampered = fx.tampered_esp();
-    let mut vm = Vm::boot(&fx, &tampered, "changed command line");
+    // A good boot reaches hostd in about a minute here; this one gets three and must not. It
+    // normally powers itself off in under one (a power cut instead counts against the TPM's
+    // dictionary-attack budget, which swtpm keeps at 3 unclean restarts).
+    let console = Vm::boot_refused(
+        &fx,
+        &tampered,
+        &fx.state,
+        "changed command line, sealed state",
+        Duration::from_secs(180),
+    );
+    assert!(
+        !console.contains("hostd ready"),
+        "under a changed UKI the sealed state disk must stay closed:\n{console}"
+    );
+
+    let fresh = fx.work.join("state-fresh.img");
+    harness::blank_disk(&fresh);
+    let mut vm = Vm::boot(&fx, &tampered, &fresh, "changed command line");
     let second = fx.attest(&vm);
     assert!(
         second.contains("contraindicated") && second.contains("pcr.11"),
@@ -34,7 +53,7 @@ fn the_image_boots_attests_and_a_changed_command_line_is_caught() {
     );
     vm.power_cut();
 
-    let vm = Vm::boot(&fx, &fx.esp, "reboot");
+    let vm = Vm::boot(&fx, &fx.esp, &fx.state, "reboot");
     let after = fx.export_ledger(&vm, "export-2");
     assert!(
         after >= before,
