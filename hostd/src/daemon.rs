@@ -210,6 +210,10 @@ async fn try_start_workloads(
     .await
     .map_err(|e| format!("cannot set up the lease network filter: {e}"))?;
     let scratch_dir = cfg.scratch_dir();
+    for dir in [&cfg.work_dir, &scratch_dir] {
+        make_reachable_dir(dir)
+            .map_err(|e| format!("cannot create the work directory {}: {e}", dir.display()))?;
+    }
     let scratch = Fscrypt::new(&scratch_dir).map_err(|e| {
         format!(
             "no encrypted scratch at {} (it must be on ext4 with the encrypt feature): {e}",
@@ -229,6 +233,19 @@ async fn try_start_workloads(
     let jobs = Arc::new(jobs);
     tokio::spawn(jobs.clone().run(events, stop));
     Ok(jobs)
+}
+
+/// Creates `dir` if it is missing, mode 0711: jobs' uids must pass through it to their
+/// lease's scratch (0700 each), and nothing may list it. A node built from the image has no
+/// shell to make it with; hostd's own umask (0077 in its unit) would make it unreachable. An
+/// existing directory is the operator's and keeps its mode.
+fn make_reachable_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    if dir.is_dir() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711))
 }
 
 /// Runs the daemon until SIGTERM or SIGINT.
@@ -356,5 +373,33 @@ async fn metering_loop(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::make_reachable_dir;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn mode(p: &std::path::Path) -> u32 {
+        std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn a_missing_work_directory_is_made_passable_and_an_existing_one_is_left_alone() {
+        let t = tempfile::tempdir().unwrap();
+        let made = t.path().join("work/scratch");
+        make_reachable_dir(&made).unwrap();
+        assert_eq!(mode(&made), 0o711);
+
+        let own = t.path().join("operator");
+        std::fs::create_dir(&own).unwrap();
+        std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o750)).unwrap();
+        make_reachable_dir(&own).unwrap();
+        assert_eq!(mode(&own), 0o750);
+
+        let file = t.path().join("file");
+        std::fs::write(&file, b"x").unwrap();
+        assert!(make_reachable_dir(&file).is_err());
     }
 }

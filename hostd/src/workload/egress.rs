@@ -37,7 +37,7 @@ use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
@@ -379,13 +379,22 @@ pub fn resolv_conf(host_resolv_conf: &str, allow: &EgressAllowList) -> String {
 
 /// The lease's `resolv.conf` from this host's `/etc/resolv.conf` (see [`resolv_conf`]).
 pub async fn lease_resolv_conf(allow: &EgressAllowList) -> Result<String, EgressError> {
-    let path = "/etc/resolv.conf";
-    let host = tokio::fs::read_to_string(path)
-        .await
-        .map_err(|source| EgressError::ResolvConf {
-            path: path.to_owned(),
-            source,
-        })?;
+    resolv_conf_from(Path::new("/etc/resolv.conf"), allow).await
+}
+
+/// A host without `resolv.conf` (the image has none: it resolves no names) has no resolvers
+/// to offer; any other failure to read it is an error.
+async fn resolv_conf_from(path: &Path, allow: &EgressAllowList) -> Result<String, EgressError> {
+    let host = match tokio::fs::read_to_string(path).await {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(source) => {
+            return Err(EgressError::ResolvConf {
+                path: path.display().to_string(),
+                source,
+            })
+        }
+    };
     Ok(resolv_conf(&host, allow))
 }
 

@@ -423,6 +423,23 @@ fn resolv_conf_keeps_only_permitted_resolvers() {
     );
 }
 
+#[tokio::test]
+async fn a_host_without_resolv_conf_offers_no_resolvers_and_an_unreadable_one_is_an_error() {
+    let t = tempfile::tempdir().unwrap();
+    let permits_all = allow(&["0.0.0.0/0"]);
+    let missing = resolv_conf_from(&t.path().join("resolv.conf"), &permits_all)
+        .await
+        .unwrap();
+    assert!(
+        missing.starts_with("# Name resolution is not permitted")
+            && !missing.contains("nameserver"),
+        "{missing}"
+    );
+    // A directory where the file should be is not "no resolvers": it is an error.
+    let err = resolv_conf_from(t.path(), &permits_all).await.unwrap_err();
+    assert!(matches!(err, EgressError::ResolvConf { .. }), "{err}");
+}
+
 #[test]
 fn counters_are_read_from_nft_json() {
     let json: Value = serde_json::from_str(
