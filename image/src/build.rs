@@ -258,6 +258,16 @@ fn install_files(spec: &BuildSpec, root: &Path) -> Result<(), BuildError> {
         &f("sysctl.conf")?,
         0o644,
     )?;
+    write_file(root, "etc/nsswitch.conf", &f("nsswitch.conf")?, 0o644)?;
+    // The node resolves no names. The file is there because each job gets its lease's own
+    // resolv.conf bind-mounted over it, and a bind mount needs its target.
+    write_file(
+        root,
+        "etc/resolv.conf",
+        b"# This node resolves no names (hostd needs none); jobs see their lease's own file.
+",
+        0o644,
+    )?;
     write_file(root, "etc/fstab", fstab().as_bytes(), 0o644)?;
     install_state_disk(spec, root)?;
     for unit in ["emergency.service", "rescue.service"] {

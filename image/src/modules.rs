@@ -38,6 +38,11 @@ pub const ROOT_MODULES: &[&str] = &[
     "algif_hash",
     "crc32c_generic",
     "crc32c_intel",
+    // leases' fscrypt scratch: HKDF-SHA512 for its keys, AES-256-XTS for contents and
+    // AES-256-CTS-CBC for names
+    "sha512_generic",
+    "sha512_ssse3",
+    "cts",
     // the TPM
     "tpm_crb",
     "tpm_tis",
@@ -59,6 +64,8 @@ pub const ROOT_PRELOAD: &[&str] = &[
     "af_alg",
     "algif_skcipher",
     "algif_hash",
+    "sha512_generic",
+    "cts",
 ];
 
 /// Modules the initrd carries: what finding and mounting the verity-protected root takes.

@@ -8,6 +8,13 @@ use std::time::{Duration, Instant};
 const EPOCH: &str = "1764547200";
 /// How long a boot may take to hostd's readiness line under TCG on a loaded 2-core machine.
 const BOOT_LIMIT: Duration = Duration::from_secs(360);
+/// The VM's network card: its PCI slot, and the name systemd gives it from that slot.
+const NIC_SLOT: &str = "0x10";
+const UPLINK: &str = "ens16";
+/// Where the in-country dataset mirror of the node's policy is, as the VM sees it: qemu
+/// answers connections there itself (a guest forward) with a line naming the mirror.
+pub(crate) const MIRROR: (&str, u16) = ("10.0.2.100", 9000);
+pub(crate) const MIRROR_GREETING: &str = "sovereign-dataset-mirror";
 const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
 const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
 
@@ -23,6 +30,7 @@ const TOOLS: &[(&str, &str)] = &[
     ("zstd", "zstd"),
     ("depmod", "kmod"),
     ("mkfs.ext4", "e2fsprogs"),
+    ("gcc", "gcc"),
 ];
 
 fn check_tools() {
@@ -147,8 +155,6 @@ impl Fixture {
         std::fs::create_dir_all(node.join("state")).expect("node dir");
         for f in [
             "ca.pem",
-            "policy.toml",
-            "policy.toml.sig",
             "policy-authority.key.pub",
             "server/cert.pem",
             "server/key.pem",
@@ -156,6 +162,7 @@ impl Fixture {
         ] {
             std::fs::copy(self.dev.join(f), node.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
         }
+        self.node_policy(&node.join("policy.toml"));
         self.enroll(&node.join("enrollment.json"));
         let verifier =
             std::fs::read_to_string(self.dev.join("verifier.key.pub")).expect("verifier key");
@@ -179,6 +186,28 @@ impl Fixture {
             );
             std::fs::write(&path, text).expect("profile");
         }
+    }
+
+    /// The dev residency policy with its egress endpoints where the VM can reach them: the
+    /// in-country dataset mirror is qemu's guest forward ([`MIRROR`]), the model hub abroad is
+    /// the host itself as the VM sees it (10.0.2.2). Signed with the dev policy authority.
+    fn node_policy(&self, out: &Path) {
+        let dev = std::fs::read_to_string(self.dev.join("policy.toml")).expect("dev policy");
+        let (ip, _) = MIRROR;
+        let policy = dev
+            .replace("\"10.233.1.0/24\"", &format!("\"{ip}/32\""))
+            .replace("\"10.233.2.0/24\"", "\"10.0.2.2/32\"");
+        assert_ne!(policy, dev, "the dev policy's endpoints moved");
+        std::fs::write(out, policy).expect("node policy");
+        ok(
+            Command::new(self.bin.join("sovctl"))
+                .args(["policy", "sign", "--key"])
+                .arg(self.dev.join("policy-authority.key"))
+                .arg(out)
+                .output()
+                .expect("sovctl policy sign"),
+            "sovctl policy sign",
+        );
     }
 
     /// The operator's enrollment of the node: its identity key and its TPM's attestation key,
@@ -402,7 +431,9 @@ enrollment_certificate = "enrollment.json"
 verifier_keys = ["{verifier}"]
 
 [workloads]
-enabled = false
+# On the state disk: ext4 with the encrypt feature, for leases' fscrypt scratch.
+work_dir = "/var/lib/hostd/work"
+uplinks = ["{UPLINK}"]
 "#
     )
 }
@@ -585,9 +616,15 @@ impl Vm {
             .args(disk("prov", &fx.provision, true, None))
             .args([
                 "-netdev",
-                &format!("user,id=n0,hostfwd=tcp:127.0.0.1:{}-:7443", fx.port),
+                &format!(
+                    "user,id=n0,hostfwd=tcp:127.0.0.1:{}-:7443,guestfwd=tcp:{}:{}-cmd:echo {MIRROR_GREETING}",
+                    fx.port, MIRROR.0, MIRROR.1
+                ),
             ])
-            .args(["-device", "virtio-net-pci,netdev=n0"])
+            .args([
+                "-device",
+                &format!("virtio-net-pci,netdev=n0,addr={NIC_SLOT}"),
+            ])
             .args(["-serial", &format!("file:{}", console.display())])
             .arg("-display")
             .arg("none")

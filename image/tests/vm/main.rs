@@ -4,12 +4,14 @@
 //! would check. Needs root-free tools only, but many of them: `.ci/run` installs them.
 
 mod harness;
+mod jobs;
 
 use harness::{Fixture, Vm};
 use std::time::Duration;
 
 /// One boot of the image answers `sovctl attest` with `affirming` against the build's
-/// manifest. The same image with one byte of its UKI command line changed cannot open the
+/// manifest, and runs a tenant's jobs under its systemd within their memory and task limits
+/// and the policy's egress. The same image with one byte of its UKI command line changed cannot open the
 /// node's sealed state disk (PCR 11 differs), so hostd never starts; given a fresh state disk it boots,
 /// and the same check gives `contraindicated`, naming PCR 11. After a power cut the original
 /// image opens its state again, and the node's ledger is extended, not replaced.
@@ -24,6 +26,7 @@ fn the_image_boots_attests_and_a_changed_command_line_is_caught() {
         "the image as built must be affirmed:\n{first}\n--- console ---\n{}",
         vm.console_tail()
     );
+    jobs::jobs_are_confined(&fx);
     let before = fx.export_ledger(&vm, "export-1");
     vm.power_cut();
 
