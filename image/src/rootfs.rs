@@ -168,6 +168,44 @@ pub const LEFT_OUT: &[&str] = &[
     "usr/bin/login",
     "usr/sbin/agetty",
     "usr/bin/su",
+    // udev reads only a compiled hwdb.bin, which nothing here compiles: the sources are dead
+    // weight (8.8 MB, in the initrd too).
+    "usr/lib/udev/hwdb.d/",
+    // Generators for what the image never has (SysV scripts, rc.local, hibernation, integrity
+    // volumes, offline updates, units on the command line, automatic GPT discovery, which
+    // could otherwise mount an ESP it found): each is a process at every boot, in the initrd
+    // and again in the root. fstab, cryptsetup and veritysetup stay.
+    "usr/lib/systemd/system-generators/systemd-debug-generator",
+    "usr/lib/systemd/system-generators/systemd-gpt-auto-generator",
+    "usr/lib/systemd/system-generators/systemd-hibernate-resume-generator",
+    "usr/lib/systemd/system-generators/systemd-integritysetup-generator",
+    "usr/lib/systemd/system-generators/systemd-rc-local-generator",
+    "usr/lib/systemd/system-generators/systemd-run-generator",
+    "usr/lib/systemd/system-generators/systemd-system-update-generator",
+    "usr/lib/systemd/system-generators/systemd-sysv-generator",
+    // Boot units for what the node does not offer: foreign binaries (binfmt_misc), FUSE,
+    // configfs, debugfs and tracefs mounts, huge pages, password prompts (it is headless),
+    // first-boot and machine-id setup (its root is read-only), users made at boot (made at
+    // build time), logins and their records (logind, utmp, user sessions, initctl).
+    "usr/lib/systemd/system/sysinit.target.wants/dev-hugepages.mount",
+    "usr/lib/systemd/system/sysinit.target.wants/proc-sys-fs-binfmt_misc.automount",
+    "usr/lib/systemd/system/sysinit.target.wants/systemd-binfmt.service",
+    "usr/lib/systemd/system/sysinit.target.wants/sys-fs-fuse-connections.mount",
+    "usr/lib/systemd/system/sysinit.target.wants/sys-kernel-config.mount",
+    "usr/lib/systemd/system/sysinit.target.wants/sys-kernel-debug.mount",
+    "usr/lib/systemd/system/sysinit.target.wants/sys-kernel-tracing.mount",
+    "usr/lib/systemd/system/sysinit.target.wants/systemd-ask-password-console.path",
+    "usr/lib/systemd/system/sysinit.target.wants/systemd-firstboot.service",
+    "usr/lib/systemd/system/sysinit.target.wants/systemd-machine-id-commit.service",
+    "usr/lib/systemd/system/sysinit.target.wants/systemd-sysusers.service",
+    "usr/lib/systemd/system/sysinit.target.wants/systemd-update-utmp.service",
+    "usr/lib/systemd/system/sysinit.target.wants/integritysetup.target",
+    "usr/lib/systemd/system/multi-user.target.wants/systemd-ask-password-wall.path",
+    "usr/lib/systemd/system/multi-user.target.wants/systemd-logind.service",
+    "usr/lib/systemd/system/multi-user.target.wants/systemd-update-utmp-runlevel.service",
+    "usr/lib/systemd/system/multi-user.target.wants/systemd-user-sessions.service",
+    "usr/lib/systemd/system/graphical.target.wants/systemd-update-utmp-runlevel.service",
+    "usr/lib/systemd/system/sockets.target.wants/systemd-initctl.socket",
 ];
 
 /// Removes [`LEFT_OUT`] from the tree.
