@@ -67,6 +67,9 @@ pub enum BuildError {
     /// The initrd.
     #[error("writing the initrd: {0}")]
     Cpio(#[from] crate::cpio::CpioError),
+    /// Cutting the initrd down to what mounting the root takes.
+    #[error("cutting down the initrd: {0}")]
+    Initrd(#[from] crate::initrd::InitrdError),
     /// Signing the manifest.
     #[error("signing the manifest: {0}")]
     Manifest(#[from] attest::manifest::ManifestError),
@@ -442,8 +445,8 @@ fn cmdline(spec: &BuildSpec, root_hash: &str) -> String {
     c
 }
 
-/// The initrd: the root's systemd, udev and libraries with only the boot modules, marked as
-/// an initrd by `/etc/initrd-release`; hostd and the network stack stay out.
+/// The initrd: the root's systemd, udev and the libraries they load, with only the boot
+/// modules (`crate::initrd`), marked as an initrd by `/etc/initrd-release`.
 fn make_initrd(spec: &BuildSpec, root: &Path, tree: &Path) -> Result<Vec<u8>, BuildError> {
     run(Command::new("cp").arg("-a").arg(root).arg(tree))?;
     for rel in INITRD_LEFT_OUT {
@@ -451,6 +454,7 @@ fn make_initrd(spec: &BuildSpec, root: &Path, tree: &Path) -> Result<Vec<u8>, Bu
     }
     let version = rootfs::kernel_version(tree)?;
     modules::keep_only(tree, &version, modules::INITRD_MODULES)?;
+    crate::initrd::prune(tree, crate::initrd::PROGRAMS)?;
     write_file(
         tree,
         "etc/initrd-release",

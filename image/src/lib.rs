@@ -15,6 +15,7 @@
 pub mod apt;
 pub mod build;
 pub mod cpio;
+pub mod initrd;
 pub mod lock;
 pub mod measure;
 pub mod modules;
