@@ -305,9 +305,9 @@ impl Fixture {
         )
     }
 
-    /// Bills something (so the ledger is not empty), exports the ledger as an auditor and
-    /// verifies the export offline against the first export's key; returns its record count.
-    pub(crate) fn export_ledger(&self, _vm: &Vm, name: &str) -> usize {
+    /// A lease of one H100 for `hyd-speech` (internal data: its jobs may reach only endpoints
+    /// in India), the tenant created first if this node has not seen it; returns its id.
+    pub(crate) fn lease(&self) -> String {
         let _ = self.sovctl(
             "operator",
             &[
@@ -340,7 +340,13 @@ impl Fixture {
             ),
             "lease create",
         );
-        let id = serde_json_id(&lease);
+        serde_json_id(&lease)
+    }
+
+    /// Bills something (so the ledger is not empty), exports the ledger as an auditor and
+    /// verifies the export offline against the first export's key; returns its record count.
+    pub(crate) fn export_ledger(&self, _vm: &Vm, name: &str) -> usize {
+        let id = self.lease();
         ok(
             self.sovctl("hyd-speech", &["lease", "end", &id]),
             "lease end",

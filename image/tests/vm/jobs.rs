@@ -28,43 +28,9 @@ impl Finished {
     }
 }
 
-/// Starts a lease for `hyd-speech` (internal data, so its jobs may reach only endpoints in
-/// India) and uploads the probe; returns the lease id.
+/// Starts a lease (see [`Fixture::lease`]) and uploads the probe; returns the lease id.
 pub(crate) fn lease_with_probe(fx: &Fixture) -> String {
-    let _ = fx.sovctl(
-        "operator",
-        &[
-            "tenant",
-            "create",
-            "--id",
-            "hyd-speech",
-            "--name",
-            "Hyderabad Speech Labs",
-            "--jurisdiction",
-            "IN-TG",
-        ],
-    );
-    let lease = ok(
-        fx.sovctl(
-            "hyd-speech",
-            &[
-                "--json",
-                "lease",
-                "create",
-                "--tenant",
-                "hyd-speech",
-                "--gpus",
-                "1",
-                "--model",
-                "H100",
-                "--classification",
-                "internal",
-            ],
-        ),
-        "lease create",
-    );
-    let v: Value = serde_json::from_str(lease.trim()).expect("lease JSON");
-    let id = v["id"].as_str().expect("lease id").to_owned();
+    let id = fx.lease();
     let probe = build_probe(&fx.work);
     ok(
         fx.sovctl(
