@@ -94,24 +94,9 @@ fn needed(tree: &Path, programs: &[&str]) -> Result<BTreeSet<PathBuf>, InitrdErr
         });
     }
     let mut queue: VecDeque<PathBuf> = programs.iter().map(PathBuf::from).collect();
-    for file in regular_files(&tree.join("usr/lib/systemd"))? {
-        if file.parent() == Some(&tree.join("usr/lib/systemd")) && is_elf(&file) {
-            queue.push_back(file.strip_prefix(tree).unwrap_or(&file).to_path_buf());
-        }
-    }
-    for file in regular_files(&tree.join(LIB_DIR))? {
-        let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if file.parent() == Some(&tree.join(LIB_DIR))
-            && DLOPENED.iter().any(|p| name.starts_with(p))
-        {
-            queue.push_back(file.strip_prefix(tree).unwrap_or(&file).to_path_buf());
-        }
-    }
-    for file in regular_files(&tree.join("usr/lib/udev"))? {
-        if is_elf(&file) {
-            queue.push_back(file.strip_prefix(tree).unwrap_or(&file).to_path_buf());
-        }
-    }
+    queue.extend(files_under(tree, "usr/lib/systemd", Depth::Top, is_elf)?);
+    queue.extend(files_under(tree, LIB_DIR, Depth::Top, is_dlopened)?);
+    queue.extend(files_under(tree, "usr/lib/udev", Depth::All, is_elf)?);
     let mut seen = BTreeSet::new();
     while let Some(rel) = queue.pop_front() {
         let real = resolve(tree, &rel);
@@ -125,7 +110,37 @@ fn needed(tree: &Path, programs: &[&str]) -> Result<BTreeSet<PathBuf>, InitrdErr
     Ok(seen)
 }
 
-/// `rel` with its symlinks followed inside `tree` (absolute targets are the tree's).
+/// How deep [`files_under`] looks.
+enum Depth {
+    /// Only the folder's own files.
+    Top,
+    /// Its subfolders too.
+    All,
+}
+
+/// The regular files under `tree/dir` that `wanted` accepts, relative to `tree`.
+fn files_under(
+    tree: &Path,
+    dir: &str,
+    depth: Depth,
+    wanted: fn(&Path) -> bool,
+) -> Result<Vec<PathBuf>, TreeError> {
+    let top = tree.join(dir);
+    Ok(regular_files(&top)?
+        .into_iter()
+        .filter(|f| matches!(depth, Depth::All) || f.parent() == Some(top.as_path()))
+        .filter(|f| wanted(f))
+        .map(|f| f.strip_prefix(tree).unwrap_or(&f).to_path_buf())
+        .collect())
+}
+
+fn is_dlopened(path: &Path) -> bool {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    DLOPENED.iter().any(|p| name.starts_with(p))
+}
+
+/// `rel` with its symlinks followed inside `tree` (absolute targets are the tree's), and
+/// `..` folded, so that it names the file the way [`prune`] walks to it.
 fn resolve(tree: &Path, rel: &Path) -> PathBuf {
     let mut path = rel.to_path_buf();
     for _ in 0..16 {
@@ -134,12 +149,29 @@ fn resolve(tree: &Path, rel: &Path) -> PathBuf {
                 path = target.strip_prefix("/").unwrap_or(&target).to_path_buf();
             }
             Ok(target) => {
-                path = path.parent().unwrap_or(Path::new("")).join(target);
+                path = fold_parents(&path.parent().unwrap_or(Path::new("")).join(target));
             }
             Err(_) => break,
         }
     }
     path
+}
+
+/// `a/b/../c` → `a/c`, lexically (the tree's folders are real folders, not symlinks, below
+/// the merged `/usr`).
+fn fold_parents(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for part in path.components() {
+        match part {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 /// The libraries `rel` names in `DT_NEEDED`, found in its `DT_RUNPATH` or the library
@@ -163,7 +195,7 @@ fn libraries(tree: &Path, rel: &Path) -> Result<Vec<PathBuf>, InitrdError> {
     let own = rel.parent().unwrap_or(Path::new("")).display().to_string();
     let (mut names, mut dirs) = (
         Vec::new(),
-        vec![LIB_DIR.to_owned(), SYSTEMD_LIB_DIR.to_owned(), own],
+        vec![LIB_DIR.to_owned(), SYSTEMD_LIB_DIR.to_owned(), own.clone()],
     );
     for d in dyns {
         let text = || -> Result<String, InitrdError> {
@@ -174,7 +206,7 @@ fn libraries(tree: &Path, rel: &Path) -> Result<Vec<PathBuf>, InitrdError> {
             Some(elf::DT_NEEDED) => names.push(text()?),
             Some(elf::DT_RUNPATH | elf::DT_RPATH) => {
                 for dir in text()?.split(':') {
-                    let dir = dir.replace("$ORIGIN", &format!("/{}", dirs[2]));
+                    let dir = dir.replace("$ORIGIN", &format!("/{own}"));
                     dirs.push(dir.trim_start_matches('/').to_owned());
                 }
             }
@@ -278,6 +310,20 @@ mod tests {
             prune(tree, &["usr/bin/systemctl"]),
             Err(InitrdError::MissingProgram { .. })
         ));
+    }
+
+    #[test]
+    fn relative_symlinks_with_parents_resolve_to_the_file_itself() {
+        let t = tempfile::tempdir().unwrap();
+        let tree = t.path();
+        std::fs::create_dir_all(tree.join("usr/lib/a")).unwrap();
+        std::fs::create_dir_all(tree.join("usr/lib/b")).unwrap();
+        std::fs::write(tree.join("usr/lib/b/real.so"), b"x").unwrap();
+        std::os::unix::fs::symlink("../b/real.so", tree.join("usr/lib/a/link.so")).unwrap();
+        assert_eq!(
+            resolve(tree, Path::new("usr/lib/a/link.so")),
+            PathBuf::from("usr/lib/b/real.so")
+        );
     }
 
     #[test]
