@@ -262,6 +262,24 @@ fn install_files(spec: &BuildSpec, root: &Path) -> Result<(), BuildError> {
         0o644,
     )?;
     write_file(root, "etc/nsswitch.conf", &f("nsswitch.conf")?, 0o644)?;
+    write_file(
+        root,
+        "etc/systemd/logind.conf.d/50-sovereign.conf",
+        &f("logind.conf")?,
+        0o644,
+    )?;
+    write_file(
+        root,
+        "usr/lib/systemd/system/systemd-logind.service.d/50-sovereign.conf",
+        &f("logind-after-hostd.conf")?,
+        0o644,
+    )?;
+    write_file(
+        root,
+        "usr/lib/systemd/system/systemd-udev-trigger.service.d/50-sovereign.conf",
+        &f("udev-coldplug.conf")?,
+        0o644,
+    )?;
     // The node resolves no names. The file is there because each job gets its lease's own
     // resolv.conf bind-mounted over it, and a bind mount needs its target.
     write_file(
@@ -463,10 +481,13 @@ fn make_initrd(spec: &BuildSpec, root: &Path, tree: &Path) -> Result<Vec<u8>, Bu
     )?;
     // Loaded up front rather than on the kernel's request when the root is mounted: the
     // initrd's only job is that mount, and a request that finds no modprobe fails silently.
+    // The storage drivers too: on udev's request they load only once its coldplug has reached
+    // the disk's controller, seconds later under emulation, and the root waits for them.
+    let preload = modules::INITRD_PRELOAD.join("\n") + "\n";
     write_file(
         tree,
         "usr/lib/modules-load.d/50-sovereign-root.conf",
-        b"erofs\ndm_verity\n",
+        preload.as_bytes(),
         0o644,
     )?;
     // The kernel runs /init from an initramfs; without it, it looks for a root itself.
@@ -502,6 +523,16 @@ const INITRD_LEFT_OUT: &[&str] = &[
     "usr/lib/modules-load.d/50-sovereign.conf",
     "etc/nftables.conf",
     "etc/systemd/system",
+    // udev rules for network interfaces, GPUs, InfiniBand, firmware loading and the power
+    // button: the initrd brings up none of these (the root's udev does).
+    "usr/lib/udev/rules.d/50-firmware.rules",
+    "usr/lib/udev/rules.d/60-drm.rules",
+    "usr/lib/udev/rules.d/60-infiniband.rules",
+    "usr/lib/udev/rules.d/70-power-switch.rules",
+    "usr/lib/udev/rules.d/73-special-net-names.rules",
+    "usr/lib/udev/rules.d/75-net-description.rules",
+    "usr/lib/udev/rules.d/80-net-setup-link.rules",
+    "usr/lib/udev/rules.d/81-net-dhcp.rules",
 ];
 
 fn add_tree(archive: &mut Archive, dir: &Path, prefix: &str) -> Result<(), BuildError> {

@@ -20,8 +20,10 @@ pub const ROOT_MODULES: &[&str] = &[
     "sd_mod",
     "efivarfs",
     "autofs4",
-    // the ACPI power button: an operator's (or the BMC's) power-off shuts down cleanly
+    // the ACPI power button: an operator's (or the BMC's) power-off shuts down cleanly. evdev
+    // gives it the event device logind watches (without it, the button is pressed in vain)
     "button",
+    "evdev",
     // the root: erofs behind dm-verity; the state disk: ext4 behind dm-crypt
     "erofs",
     "dm_verity",
@@ -67,6 +69,10 @@ pub const ROOT_PRELOAD: &[&str] = &[
     "sha512_generic",
     "cts",
 ];
+
+/// Modules the initrd loads as it starts: the storage drivers and what mounting the root
+/// takes (all of them carried in [`INITRD_MODULES`]).
+pub const INITRD_PRELOAD: &[&str] = &["virtio_blk", "nvme", "ahci", "sd_mod", "erofs", "dm_verity"];
 
 /// Modules the initrd carries: what finding and mounting the verity-protected root takes.
 pub const INITRD_MODULES: &[&str] = &[
@@ -200,6 +206,22 @@ mod tests {
             ]
         );
         assert!(!keep.iter().any(|p| p.contains("snd")));
+    }
+
+    #[test]
+    fn what_is_loaded_up_front_is_carried() {
+        for m in INITRD_PRELOAD {
+            assert!(
+                INITRD_MODULES.contains(m),
+                "{m} is preloaded but not in the initrd"
+            );
+        }
+        for m in ROOT_PRELOAD {
+            assert!(
+                ROOT_MODULES.contains(m),
+                "{m} is preloaded but not in the root"
+            );
+        }
     }
 
     #[test]

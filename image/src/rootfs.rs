@@ -171,6 +171,39 @@ pub const LEFT_OUT: &[&str] = &[
     // udev reads only a compiled hwdb.bin, which nothing here compiles: the sources are dead
     // weight (8.8 MB, in the initrd too).
     "usr/lib/udev/hwdb.d/",
+    // udev rules and helpers for what a headless server has no use for (sound, cameras,
+    // joysticks, mice and touchpads, input and video naming, FIDO keys, CD-ROMs, tapes, MTD
+    // flash, USB autosuspend, btrfs, seats and their access lists, memory DIMM probing, the
+    // e2scrub timer): udevd parses every rule at start and runs some of these helpers for each
+    // matching device, in the initrd and again in the root. 60-input-id and 70-power-switch
+    // stay: they mark the power button, which logind watches.
+    "usr/lib/udev/rules.d/60-autosuspend.rules",
+    "usr/lib/udev/rules.d/60-cdrom_id.rules",
+    "usr/lib/udev/rules.d/60-evdev.rules",
+    "usr/lib/udev/rules.d/60-fido-id.rules",
+    "usr/lib/udev/rules.d/60-persistent-alsa.rules",
+    "usr/lib/udev/rules.d/60-persistent-input.rules",
+    "usr/lib/udev/rules.d/60-persistent-storage-tape.rules",
+    "usr/lib/udev/rules.d/60-persistent-v4l.rules",
+    "usr/lib/udev/rules.d/60-sensor.rules",
+    "usr/lib/udev/rules.d/60-serial.rules",
+    "usr/lib/udev/rules.d/64-btrfs.rules",
+    "usr/lib/udev/rules.d/70-camera.rules",
+    "usr/lib/udev/rules.d/70-joystick.rules",
+    "usr/lib/udev/rules.d/70-memory.rules",
+    "usr/lib/udev/rules.d/70-mouse.rules",
+    "usr/lib/udev/rules.d/70-touchpad.rules",
+    "usr/lib/udev/rules.d/70-uaccess.rules",
+    "usr/lib/udev/rules.d/71-seat.rules",
+    "usr/lib/udev/rules.d/73-seat-late.rules",
+    "usr/lib/udev/rules.d/75-probe_mtd.rules",
+    "usr/lib/udev/rules.d/78-sound-card.rules",
+    "usr/lib/udev/rules.d/96-e2scrub.rules",
+    "usr/lib/udev/cdrom_id",
+    "usr/lib/udev/dmi_memory_id",
+    "usr/lib/udev/fido_id",
+    "usr/lib/udev/mtd_probe",
+    "usr/lib/udev/v4l_id",
     // Generators for what the image never has (SysV scripts, rc.local, hibernation, integrity
     // volumes, offline updates, units on the command line, automatic GPT discovery, which
     // could otherwise mount an ESP it found): each is a process at every boot, in the initrd
@@ -186,7 +219,8 @@ pub const LEFT_OUT: &[&str] = &[
     // Boot units for what the node does not offer: foreign binaries (binfmt_misc), FUSE,
     // configfs, debugfs and tracefs mounts, huge pages, password prompts (it is headless),
     // first-boot and machine-id setup (its root is read-only), users made at boot (made at
-    // build time), logins and their records (logind, utmp, user sessions, initctl).
+    // build time), logins and their records (utmp, user sessions, initctl). logind stays, for
+    // the power button only (see `install_files`).
     "usr/lib/systemd/system/sysinit.target.wants/dev-hugepages.mount",
     "usr/lib/systemd/system/sysinit.target.wants/proc-sys-fs-binfmt_misc.automount",
     "usr/lib/systemd/system/sysinit.target.wants/systemd-binfmt.service",
@@ -201,7 +235,6 @@ pub const LEFT_OUT: &[&str] = &[
     "usr/lib/systemd/system/sysinit.target.wants/systemd-update-utmp.service",
     "usr/lib/systemd/system/sysinit.target.wants/integritysetup.target",
     "usr/lib/systemd/system/multi-user.target.wants/systemd-ask-password-wall.path",
-    "usr/lib/systemd/system/multi-user.target.wants/systemd-logind.service",
     "usr/lib/systemd/system/multi-user.target.wants/systemd-update-utmp-runlevel.service",
     "usr/lib/systemd/system/multi-user.target.wants/systemd-user-sessions.service",
     "usr/lib/systemd/system/graphical.target.wants/systemd-update-utmp-runlevel.service",

@@ -513,6 +513,8 @@ pub(crate) struct Vm {
     qemu: Child,
     swtpm: Child,
     console: PathBuf,
+    /// qemu's human monitor: how the test presses the machine's power button.
+    monitor: PathBuf,
 }
 
 impl Vm {
@@ -585,6 +587,8 @@ impl Vm {
         let vars = fx.work.join(format!("vars-{tag}.fd"));
         std::fs::copy(OVMF_VARS, &vars).expect("OVMF vars");
         let console = fx.work.join(format!("console-{tag}.log"));
+        let monitor = fx.work.join(format!("monitor-{tag}.sock"));
+        let _ = std::fs::remove_file(&monitor);
         // -nodefaults: no VGA, CD-ROM or floppy for the firmware to probe, as on a server.
         let qemu = Command::new("qemu-system-x86_64")
             .args([
@@ -632,6 +636,10 @@ impl Vm {
                 &format!("virtio-net-pci,netdev=n0,addr={NIC_SLOT}"),
             ])
             .args(["-serial", &format!("file:{}", console.display())])
+            .args([
+                "-monitor",
+                &format!("unix:{},server=on,wait=off", monitor.display()),
+            ])
             .arg("-display")
             .arg("none")
             .stdout(Stdio::null())
@@ -642,7 +650,32 @@ impl Vm {
             qemu,
             swtpm,
             console,
+            monitor,
         }
+    }
+
+    /// Presses the power button (an ACPI event, as a BMC or an operator's finger sends) and
+    /// waits up to `limit` for the node to shut down by itself; false if it is still running.
+    /// The press is repeated every 15 s, as an operator would: logind, which acts on it,
+    /// starts only once hostd is ready, and a press before that goes unheard.
+    pub(crate) fn press_power_button(&mut self, limit: Duration) -> bool {
+        use std::io::Write;
+        let mut monitor = std::os::unix::net::UnixStream::connect(&self.monitor)
+            .unwrap_or_else(|e| panic!("qemu monitor {}: {e}", self.monitor.display()));
+        let deadline = Instant::now() + limit;
+        let mut next_press = Instant::now();
+        while Instant::now() < deadline {
+            if matches!(self.qemu.try_wait(), Ok(Some(_))) {
+                return true;
+            }
+            if Instant::now() >= next_press {
+                // The monitor closes with qemu: a failed write means it is going down.
+                let _ = monitor.write_all(b"system_powerdown\n");
+                next_press = Instant::now() + Duration::from_secs(15);
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        false
     }
 
     fn console_text(&self) -> String {

@@ -14,7 +14,8 @@ use std::time::Duration;
 /// and the policy's egress. The same image with one byte of its UKI command line changed cannot open the
 /// node's sealed state disk (PCR 11 differs), so hostd never starts; given a fresh state disk it boots,
 /// and the same check gives `contraindicated`, naming PCR 11. After a power cut the original
-/// image opens its state again, and the node's ledger is extended, not replaced.
+/// image opens its state again, and the node's ledger is extended, not replaced. The power
+/// button shuts a running node down cleanly.
 #[test]
 fn the_image_boots_attests_and_a_changed_command_line_is_caught() {
     let fx = Fixture::build();
@@ -54,7 +55,11 @@ fn the_image_boots_attests_and_a_changed_command_line_is_caught() {
         second.contains("contraindicated") && second.contains("pcr.11"),
         "a changed command line must be caught by PCR 11:\n{second}"
     );
-    vm.power_cut();
+    assert!(
+        vm.press_power_button(Duration::from_secs(120)),
+        "the node must shut down cleanly when its power button is pressed:\n{}",
+        vm.console_tail()
+    );
 
     let vm = Vm::boot(&fx, &fx.esp, &fx.state, "reboot");
     let after = fx.export_ledger(&vm, "export-2");
