@@ -525,7 +525,7 @@ impl Vm {
         let mut vm = Vm::start(fx, esp, state, label);
         let deadline = Instant::now() + BOOT_LIMIT;
         while !vm.console_text().contains("hostd ready") {
-            if matches!(vm.qemu.try_wait(), Ok(Some(_))) {
+            if vm.has_exited() {
                 panic!(
                     "the VM powered off before hostd was ready ({label}):\n{}",
                     vm.console_tail()
@@ -559,7 +559,7 @@ impl Vm {
     ) -> String {
         let mut vm = Vm::start(fx, esp, state, label);
         let deadline = Instant::now() + window;
-        while Instant::now() < deadline && !matches!(vm.qemu.try_wait(), Ok(Some(_))) {
+        while Instant::now() < deadline && !vm.has_exited() {
             std::thread::sleep(Duration::from_millis(250));
         }
         let console = vm.console_text();
@@ -665,7 +665,7 @@ impl Vm {
         let deadline = Instant::now() + limit;
         let mut next_press = Instant::now();
         while Instant::now() < deadline {
-            if matches!(self.qemu.try_wait(), Ok(Some(_))) {
+            if self.has_exited() {
                 return true;
             }
             if Instant::now() >= next_press {
@@ -676,6 +676,11 @@ impl Vm {
             std::thread::sleep(Duration::from_millis(250));
         }
         false
+    }
+
+    /// Whether qemu has exited (the machine powered off, or qemu failed).
+    fn has_exited(&mut self) -> bool {
+        matches!(self.qemu.try_wait(), Ok(Some(_)))
     }
 
     fn console_text(&self) -> String {
@@ -700,10 +705,7 @@ impl Vm {
 
 impl Drop for Vm {
     fn drop(&mut self) {
-        let _ = self.qemu.kill();
-        let _ = self.qemu.wait();
-        let _ = self.swtpm.kill();
-        let _ = self.swtpm.wait();
+        self.power_cut();
     }
 }
 
