@@ -188,7 +188,7 @@ pub struct AttestationResult {
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum EarError {
     /// Encoding problem.
-    #[error("attestation result encoding: {0}")]
+    #[error("attestation result encoding")]
     Encoding(#[from] CanonicalError),
     /// Signed by an unknown verifier.
     #[error("attestation result signed by unknown verifier {0}")]

@@ -42,7 +42,7 @@ pub const MAX_SPDM_BYTES: usize = 64 << 10;
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum EvidenceError {
     /// Not canonical JSON of the expected shape.
-    #[error("evidence encoding: {0}")]
+    #[error("evidence encoding")]
     Encoding(#[from] CanonicalError),
     /// A claim violates the format rules.
     #[error("invalid evidence claim {field}: {reason}")]

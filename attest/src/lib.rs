@@ -20,6 +20,7 @@
 //! * [`manifest`] — signed image manifests (reference measurements of the host image).
 //! * [`tpm`] — TPM 2.0 quotes over PCRs 4, 7 and 11, signed by an enrolled attestation key.
 //! * [`verifier`] — appraisal of evidence into signed EAR-style results ([`ear`]).
+//! * [`report`] — an error shown with its causes, as every crate of the workspace shows them.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -33,6 +34,7 @@ pub mod manifest;
 pub mod note;
 pub mod nvidia;
 pub mod receipt;
+pub mod report;
 pub mod rim;
 pub mod tpm;
 pub mod verifier;

@@ -16,7 +16,7 @@ pub const MANIFEST_CONTEXT: &str = "sovereign-host/image-manifest/v1";
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ManifestError {
     /// Not canonical JSON of the expected shape.
-    #[error("manifest encoding: {0}")]
+    #[error("manifest encoding")]
     Encoding(#[from] CanonicalError),
     /// Signed by a key that is not a configured release key.
     #[error("manifest signed by unknown release key {0}")]

@@ -68,10 +68,10 @@ pub enum ReceiptError {
     #[error("receipt checkpoint note must end with a newline")]
     CheckpointMissingNewline,
     /// The embedded checkpoint is malformed or not signed by a trusted log key.
-    #[error("receipt checkpoint: {0}")]
+    #[error("receipt checkpoint")]
     Checkpoint(#[from] CheckpointError),
     /// The proof does not place the record in the tree the checkpoint signs.
-    #[error("receipt inclusion proof: {0}")]
+    #[error("receipt inclusion proof")]
     Proof(#[from] ProofError),
 }
 

@@ -79,7 +79,7 @@ pub enum RimError {
         reason: String,
     },
     /// The XML-DSig signature is missing or does not verify.
-    #[error("RIM signature: {0}")]
+    #[error("RIM signature")]
     Signature(#[from] RimSignatureError),
 }
 
@@ -110,7 +110,7 @@ pub enum RimSignatureError {
     #[error("signature value does not verify with the signer certificate's key")]
     BadSignature,
     /// The signer's certificate chain does not verify up to a configured RIM root.
-    #[error("signer certificate chain: {0}")]
+    #[error("signer certificate chain")]
     Chain(#[from] ChainError),
 }
 

@@ -183,7 +183,7 @@ pub enum VerifierError {
     #[error("verifier configuration: {0}")]
     Config(String),
     /// The result could not be encoded.
-    #[error("encoding the attestation result: {0}")]
+    #[error("encoding the attestation result")]
     Encoding(#[from] CanonicalError),
 }
 

@@ -166,7 +166,7 @@ impl InvoiceBuilder {
 
 /// A ledger leaf that is not a record.
 #[derive(Debug, thiserror::Error)]
-#[error("record {index} is not a valid record: {source}")]
+#[error("record {index} is not a valid record")]
 pub struct BillingError {
     /// Leaf index of the undecodable record.
     pub index: u64,
@@ -206,6 +206,7 @@ pub fn usage_record(index: u64, leaf: &[u8]) -> Result<Option<UsageRecord>, Bill
 mod tests {
     use super::*;
     use crate::money::format_inr;
+    use attest::report::report;
 
     fn rec(id: u64, tenant: &str, start_h: i64) -> UsageRecord {
         UsageRecord {
@@ -296,9 +297,11 @@ mod tests {
         let e = usage_records(&[good, b"{}".to_vec()]).unwrap_err();
         assert_eq!(e.index, 1);
         assert!(
-            e.to_string()
+            report(&e)
+                .to_string()
                 .starts_with("record 1 is not a valid record: "),
-            "{e}"
+            "{e}",
+            e = report(&e)
         );
     }
 }

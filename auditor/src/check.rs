@@ -12,6 +12,7 @@
 use crate::money::amount_paise;
 use crate::record::{JobUsageRecord, Record, TransferRecord, RECORD_VERSION};
 use crate::time::{parse_utc_ms, HOUR_MS};
+use attest::report::report;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -317,7 +318,7 @@ pub fn check_record_line(
         _ => match serde_json::from_slice::<Record>(line) {
             Err(e) => {
                 return Err(RecordProblem::Invalid {
-                    error: e.to_string(),
+                    error: report(&e).to_string(),
                 })
             }
             Ok(Record::Usage(u)) => {
@@ -525,7 +526,11 @@ mod tests {
         crlf.push(b'\r');
         let e = check_record_line(5, &crlf, &mut t).unwrap_err();
         assert_eq!(e, RecordProblem::CarriageReturn);
-        assert!(e.to_string().contains("carriage return"), "{e}");
+        assert!(
+            report(&e).to_string().contains("carriage return"),
+            "{e}",
+            e = report(&e)
+        );
         let text = String::from_utf8(good).unwrap();
         let edit = |from: &str, to: &str| {
             let edited = text.replace(from, to);
@@ -545,12 +550,19 @@ mod tests {
             }
         );
         assert!(
-            e.to_string().contains("amount_paise 1 does not equal"),
-            "{e}"
+            report(&e)
+                .to_string()
+                .contains("amount_paise 1 does not equal"),
+            "{e}",
+            e = report(&e)
         );
         let e = check(edit("\"prev\":4", "\"prev\":9")).unwrap_err();
         assert_eq!(e, RecordProblem::BadPrev { prev: 9 });
-        assert!(e.to_string().contains("prev 9"), "{e}");
+        assert!(
+            report(&e).to_string().contains("prev 9"),
+            "{e}",
+            e = report(&e)
+        );
         let e = check(edit("\"v\":1", "\"v\":2")).unwrap_err();
         assert_eq!(
             e,
@@ -584,7 +596,7 @@ mod tests {
             }
         );
         assert_eq!(
-            e.to_string(),
+            report(&e).to_string(),
             "energy_joules -1 is not a non-negative number"
         );
         // Other kinds are checked for their place only.
@@ -652,7 +664,13 @@ mod tests {
                 end: "2026-01-01T11:00:00.001Z".into()
             }
         );
-        assert!(e.to_string().contains("crosses a UTC hour boundary"), "{e}");
+        assert!(
+            report(&e)
+                .to_string()
+                .contains("crosses a UTC hour boundary"),
+            "{e}",
+            e = report(&e)
+        );
         let e = bad(
             job_usage(3, "2026-01-01T10:30:00.000Z", "2026-01-01T10:29:00.000Z"),
             &mut t,
@@ -731,8 +749,11 @@ mod tests {
         let e = check(transfer(3, "out", "deny", 1), &mut t).unwrap_err();
         assert_eq!(e, RecordProblem::DeniedWithBytes { bytes: 1 });
         assert!(
-            e.to_string().contains("denied transfer moved 1 bytes"),
-            "{e}"
+            report(&e)
+                .to_string()
+                .contains("denied transfer moved 1 bytes"),
+            "{e}",
+            e = report(&e)
         );
         let e = check(transfer(3, "sideways", "allow", 1), &mut t).unwrap_err();
         assert_eq!(

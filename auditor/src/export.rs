@@ -9,6 +9,7 @@
 
 use crate::layout::{receipt_path, CHECKPOINT_FILE, RECEIPTS_DIR, RECORDS_FILE, VKEY_FILE};
 use attest::checkpoint::Checkpoint;
+use attest::report::report;
 use std::fs::{self, File};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -17,7 +18,7 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
     /// Creating, writing or syncing a file or directory of the export failed.
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Io {
         /// The file or directory being written.
         path: PathBuf,
@@ -137,11 +138,11 @@ pub fn write_export_with<E: From<ExportError>>(
 
 /// The tree size a checkpoint note claims (its signature is not checked here).
 fn checkpoint_size_of(note: &str) -> Result<u64, ExportError> {
-    let parsed =
-        attest::note::parse(note).map_err(|e| ExportError::BadCheckpoint(e.to_string()))?;
+    let parsed = attest::note::parse(note)
+        .map_err(|e| ExportError::BadCheckpoint(report(&e).to_string()))?;
     Checkpoint::parse(&parsed.text)
         .map(|c| c.size)
-        .map_err(|e| ExportError::BadCheckpoint(e.to_string()))
+        .map_err(|e| ExportError::BadCheckpoint(report(&e).to_string()))
 }
 
 /// Writes record `index` as one line of `records.jsonl`.
@@ -291,13 +292,18 @@ mod tests {
         let e = write_export(&out, &cp, &vkey, [b"a\nb".to_vec()].into_iter(), &[]).unwrap_err();
         assert!(
             matches!(e, ExportError::NewlineInRecord { index: 0 }),
-            "{e}"
+            "{e}",
+            e = report(&e)
         );
         assert!(!out.exists());
         let e = write_export(&out, "junk", &vkey, std::iter::empty(), &[]).unwrap_err();
-        assert!(matches!(e, ExportError::BadCheckpoint(_)), "{e}");
+        assert!(
+            matches!(e, ExportError::BadCheckpoint(_)),
+            "{e}",
+            e = report(&e)
+        );
         let e = write_export(&out, &cp, "a\nb", std::iter::empty(), &[]).unwrap_err();
-        assert!(matches!(e, ExportError::BadVkey(_)), "{e}");
+        assert!(matches!(e, ExportError::BadVkey(_)), "{e}", e = report(&e));
 
         let s = write_export(
             &out,
@@ -314,10 +320,18 @@ mod tests {
         );
         assert_eq!(fs::read_to_string(out.join(receipt_path(1))).unwrap(), "r1");
         let e = write_export(&out, &cp, &vkey, std::iter::empty(), &[]).unwrap_err();
-        assert!(matches!(e, ExportError::OutNotEmpty(_)), "{e}");
+        assert!(
+            matches!(e, ExportError::OutNotEmpty(_)),
+            "{e}",
+            e = report(&e)
+        );
         let e =
             write_export(&out.join(VKEY_FILE), &cp, &vkey, std::iter::empty(), &[]).unwrap_err();
-        assert!(matches!(e, ExportError::OutNotDir(_)), "{e}");
+        assert!(
+            matches!(e, ExportError::OutNotDir(_)),
+            "{e}",
+            e = report(&e)
+        );
     }
 
     #[test]

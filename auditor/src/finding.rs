@@ -250,7 +250,7 @@ pub enum Finding {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Inconsistency {
     /// The RFC 9162 consistency proof does not lead from the previous root to the export's.
-    #[error("{0}")]
+    #[error(transparent)]
     Proof(#[from] ProofError),
     /// The previous checkpoint signs size 0 with a root other than SHA-256 of nothing, so
     /// no log extends it.

@@ -34,7 +34,7 @@ pub enum StreamError {
     #[error("verification worker stopped")]
     WorkerStopped,
     /// The file has more lines than a tree size can count (2^64 - 1).
-    #[error("records.jsonl: {0}")]
+    #[error("records.jsonl")]
     TreeFull(#[from] TreeFull),
 }
 
@@ -259,6 +259,7 @@ fn read_chunk(
 mod tests {
     use super::*;
     use crate::testutil::usage;
+    use attest::report::report;
 
     fn records_text(n: u64) -> Vec<u8> {
         let mut out = Vec::new();
@@ -343,7 +344,7 @@ mod tests {
         let e = stream_records(&text[..], &[1], &[], |_| {}).unwrap_err();
         assert!(matches!(e, StreamError::LineTooLong { .. }), "{e:?}");
         assert_eq!(
-            e.to_string(),
+            report(&e).to_string(),
             format!("records.jsonl has a line longer than {MAX_RECORD_LEN} bytes: not an export")
         );
     }

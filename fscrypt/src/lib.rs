@@ -69,7 +69,7 @@ impl fmt::Display for Operation {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    #[error("{op} failed: {source}")]
+    #[error("{op} failed")]
     Ioctl {
         op: Operation,
         #[source]

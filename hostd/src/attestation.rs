@@ -29,6 +29,7 @@ use attest::evidence::{
     gpu_nonce, CcMode, Evidence, EvidenceClaims, GpuClaims, GpuReport, HexBytes,
 };
 use attest::identity::{EnrollmentCertificate, NodeKey};
+use attest::report::report;
 use attest::tpm::QuoteClaim;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -53,7 +54,7 @@ pub enum AttestationError {
     NotEnrolled(PathBuf),
     #[error("building evidence: {0}")]
     Evidence(String),
-    #[error("the TPM configured in [attestation] tpm: {0}")]
+    #[error("the TPM configured in [attestation] tpm")]
     Tpm(#[from] tpm::TpmError),
     #[error("the enrollment certificate binds TPM attestation key {enrolled}, but this node's TPM has {actual}: issue one with `sovctl attest enroll --tpm-ak` and the output of `hostd tpm-ak`")]
     TpmAkMismatch { enrolled: String, actual: String },
@@ -99,19 +100,20 @@ pub fn load_or_create_node_key(state_dir: &Path) -> Result<NodeKey, AttestationE
         Err(keyfile::KeyFileError::Io { source, .. })
             if source.kind() == std::io::ErrorKind::NotFound =>
         {
-            let seed = keyfile::random_seed().map_err(|e| err(e.to_string()))?;
+            let seed = keyfile::random_seed().map_err(|e| err(report(&e).to_string()))?;
             let text = Zeroizing::new(hex::encode(seed.as_ref()));
-            keyfile::write_new_private(&path, text.as_bytes()).map_err(|e| err(e.to_string()))?;
+            keyfile::write_new_private(&path, text.as_bytes())
+                .map_err(|e| err(report(&e).to_string()))?;
             info!(path = %path.display(), "created the node identity key");
             NodeKey::from_seed(&seed)
         }
-        Err(e) => return Err(err(e.to_string())),
+        Err(e) => return Err(err(report(&e).to_string())),
     };
     let pub_path = state_dir.join(NODE_PUB_FILE);
     std::fs::write(&pub_path, format!("{}\n", hex::encode(key.public_key()))).map_err(|e| {
         AttestationError::NodeKey {
             path: pub_path.clone(),
-            message: e.to_string(),
+            message: report(&e).to_string(),
         }
     })?;
     Ok(key)
@@ -126,9 +128,10 @@ pub fn load_enrollment(
         path: path.to_owned(),
         message,
     };
-    let bytes = std::fs::read(path).map_err(|e| err(e.to_string()))?;
+    let bytes = std::fs::read(path).map_err(|e| err(report(&e).to_string()))?;
     let trimmed = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
-    let cert = EnrollmentCertificate::from_bytes(trimmed).map_err(|e| err(e.to_string()))?;
+    let cert =
+        EnrollmentCertificate::from_bytes(trimmed).map_err(|e| err(report(&e).to_string()))?;
     if cert.claims.node_public_key != key.public_key() {
         return Err(err(format!(
             "issued for node key {}, but this node's key is {}",
@@ -168,9 +171,11 @@ pub fn measure_static(config_file: Option<&Path>) -> StaticMeasurements {
         Ok(d) => {
             m.values.insert(name.to_string(), d);
         }
-        Err(e) => m
-            .notes
-            .push(format!("{name}: {} not measured: {e}", path.display())),
+        Err(e) => m.notes.push(format!(
+            "{name}: {} not measured: {e}",
+            path.display(),
+            e = report(&e)
+        )),
     };
     file("hostd", Path::new("/proc/self/exe"), &mut m);
     match config_file {
@@ -199,9 +204,10 @@ pub fn measure_static(config_file: Option<&Path>) -> StaticMeasurements {
                 )),
             }
         }
-        Err(e) => m
-            .notes
-            .push(format!("kernel, initrd: kernel release unknown: {e}")),
+        Err(e) => m.notes.push(format!(
+            "kernel, initrd: kernel release unknown: {e}",
+            e = report(&e)
+        )),
     }
     m
 }
@@ -284,7 +290,9 @@ impl Attester {
                 }
                 m
             })
-            .map_err(|e| AttestationError::Evidence(format!("starting measurement: {e}")))?;
+            .map_err(|e| {
+                AttestationError::Evidence(format!("starting measurement: {e}", e = report(&e)))
+            })?;
         Ok(Attester {
             key,
             key_path: cfg.state.dir.join(NODE_KEY_FILE),
@@ -325,8 +333,8 @@ impl Attester {
         match tpm::quote(&mut **transport, nonce) {
             Ok(q) => Some(q),
             Err(e) => {
-                warn!(error = %e, "TPM quote failed");
-                notes.push(format!("tpm: no quote: {e}"));
+                warn!(error = %report(&e), "TPM quote failed");
+                notes.push(format!("tpm: no quote: {e}", e = report(&e)));
                 None
             }
         }
@@ -411,8 +419,8 @@ impl Attester {
                                 g.uuid
                             )),
                             Err(e) => {
-                                warn!(gpu = %g.uuid, error = %e, "GPU attestation report failed");
-                                Err(format!("GPU {}: attestation report failed: {e}", g.uuid))
+                                warn!(gpu = %g.uuid, error = %report(&e), "GPU attestation report failed");
+                                Err(format!("GPU {}: attestation report failed: {e}", g.uuid, e = report(&e)))
                             }
                         }
                     })
@@ -476,7 +484,7 @@ impl Attester {
         };
         let evidence = Evidence::sign(claims, &self.key)
             .and_then(|e| e.to_bytes())
-            .map_err(|e| AttestationError::Evidence(e.to_string()))?;
+            .map_err(|e| AttestationError::Evidence(report(&e).to_string()))?;
         Ok(Collected { evidence, notes })
     }
 }
@@ -484,12 +492,12 @@ impl Attester {
 /// Creates an Ed25519 key file and its `.pub` (the `keyfile` convention). Refuses to
 /// overwrite an existing key.
 pub fn create_signing_key(path: &Path) -> Result<ed25519_dalek::SigningKey, String> {
-    keyfile::create_ed25519(path).map_err(|e| e.to_string())
+    keyfile::create_ed25519(path).map_err(|e| report(&e).to_string())
 }
 
 /// Reads a private key written by [`create_signing_key`], with the key-file rules.
 pub fn read_signing_key(path: &Path) -> Result<ed25519_dalek::SigningKey, String> {
-    keyfile::read_ed25519(path).map_err(|e| e.to_string())
+    keyfile::read_ed25519(path).map_err(|e| report(&e).to_string())
 }
 
 /// SHA-256 of a file's bytes, as measured into evidence and reference manifests.
@@ -517,7 +525,11 @@ mod tests {
         let missing = PathBuf::from("/nonexistent/tpmrm0");
         match open_tpm(&TpmSetting::Device(missing)) {
             Err(e @ AttestationError::Tpm(_)) => {
-                assert!(e.to_string().contains("/nonexistent/tpmrm0"), "{e}");
+                assert!(
+                    report(&e).to_string().contains("/nonexistent/tpmrm0"),
+                    "{e}",
+                    e = report(&e)
+                );
             }
             other => panic!("{:?}", other.map(|t| t.is_some())),
         }
@@ -533,7 +545,11 @@ mod tests {
         for m in [0o666, 0o644, 0o640] {
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(m)).unwrap();
             let err = load_or_create_node_key(dir.path()).expect_err("refused");
-            assert!(err.to_string().contains("chmod 600"), "{err}");
+            assert!(
+                report(&err).to_string().contains("chmod 600"),
+                "{err}",
+                err = report(&err)
+            );
         }
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
         load_or_create_node_key(dir.path()).unwrap();
@@ -576,7 +592,11 @@ mod tests {
         let wrong = ca.issue(claims(other.public_key())).unwrap();
         std::fs::write(&path, wrong.to_bytes().unwrap()).unwrap();
         let e = load_enrollment(&path, &key).unwrap_err();
-        assert!(e.to_string().contains("issued for node key"), "{e}");
+        assert!(
+            report(&e).to_string().contains("issued for node key"),
+            "{e}",
+            e = report(&e)
+        );
         let right = ca.issue(claims(key.public_key())).unwrap();
         std::fs::write(&path, right.to_bytes().unwrap()).unwrap();
         assert_eq!(load_enrollment(&path, &key).unwrap(), right);

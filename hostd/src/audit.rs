@@ -7,6 +7,7 @@
 
 use crate::ledger::{Ledger, LedgerError, Snapshot};
 use attest::log::leaf_hash;
+use attest::report::report;
 use auditor::export::{write_export_with, write_record, ExportError, ExportSummary, ExportWriter};
 use auditor::layout::RECORDS_FILE;
 use std::path::{Path, PathBuf};
@@ -23,13 +24,13 @@ pub enum AuditError {
     StateInUse,
     #[error("{0} holds no hostd state (no {0}/db database)")]
     NoState(PathBuf),
-    #[error("cannot open the state database {path}: {source}")]
+    #[error("cannot open the state database {path}")]
     OpenState {
         path: PathBuf,
         #[source]
         source: sled::Error,
     },
-    #[error("{0}")]
+    #[error(transparent)]
     Ledger(#[from] LedgerError),
 }
 
@@ -90,7 +91,7 @@ pub fn export_state(
     for &id in receipts {
         match snap.receipt(id) {
             Ok(r) => rs.push((id, r)),
-            Err(e) => problems.push(format!("no receipt for record {id}: {e}")),
+            Err(e) => problems.push(format!("no receipt for record {id}: {e}", e = report(&e))),
         }
     }
     let size = snap.size();

@@ -1,6 +1,7 @@
 //! hostd's own offline subcommands, which work on a stopped node's state directory.
 
 use crate::audit;
+use attest::report::report;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -22,7 +23,7 @@ pub struct ExportStateArgs {
 pub fn run_export_state(args: ExportStateArgs) -> ExitCode {
     match audit::export_state(&args.state, &args.out, &args.receipts) {
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {e}", e = report(&e));
             ExitCode::from(1)
         }
         Ok(summary) if summary.problems.is_empty() => {
@@ -76,7 +77,7 @@ pub fn run_recover(args: RecoverArgs) -> ExitCode {
     let cfg = match crate::config::Config::load(&args.config) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {e}", e = report(&e));
             return ExitCode::from(2);
         }
     };
@@ -108,7 +109,7 @@ pub fn run_recover(args: RecoverArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {e}", e = report(&e));
             ExitCode::from(1)
         }
     }
@@ -145,7 +146,7 @@ pub fn run_tpm_ak(args: TpmAkArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {e}", e = report(&e));
             ExitCode::from(1)
         }
     }

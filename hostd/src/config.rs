@@ -3,6 +3,7 @@
 //! Every field has a documented default so that a minimal file (node identity and TLS paths)
 //! is enough; unknown keys are rejected so that a typo never silently falls back to a default.
 
+use attest::report::report;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -11,7 +12,7 @@ use std::path::{Path, PathBuf};
 /// Errors reading or validating the configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read config {path}: {source}")]
+    #[error("cannot read config {path}")]
     Read {
         path: PathBuf,
         source: std::io::Error,
@@ -347,7 +348,7 @@ impl AttestationConfig {
                 hex::decode_to_slice(k.trim(), &mut b)
                     .map_err(|_| format!("`{k}` is not 64 hex digits"))?;
                 attest::identity::verifying_key(&b)
-                    .map_err(|e| format!("`{k}` is not a usable Ed25519 key: {e}"))
+                    .map_err(|e| format!("`{k}` is not a usable Ed25519 key: {e}", e = report(&e)))
             })
             .collect()
     }
@@ -437,7 +438,7 @@ impl Config {
     pub fn from_toml(text: &str, path: &Path) -> Result<Config, ConfigError> {
         let mut cfg: Config = toml::from_str(text).map_err(|e| ConfigError::Parse {
             path: path.to_owned(),
-            message: e.to_string(),
+            message: report(&e).to_string(),
         })?;
         if let Some(base) = path.parent() {
             cfg.resolve_relative(base);
@@ -564,7 +565,7 @@ mod tests {
             .and_then(|t| t.split("```").next())
             .unwrap();
         let cfg = Config::from_toml(toml, std::path::Path::new("/etc/hostd/hostd.toml"))
-            .unwrap_or_else(|e| panic!("{e}"));
+            .unwrap_or_else(|e| panic!("{e}", e = report(&e)));
         assert_eq!(cfg.workloads.uplinks, vec!["eth0".to_owned()]);
         assert_eq!(cfg.workloads.max_jobs_per_lease, 64);
     }
@@ -596,7 +597,11 @@ L4 = 60
     fn unknown_keys_and_bad_values_are_refused() {
         let typo = format!("{MIN}\n[metering]\nintervall_secs = 5\n");
         let e = Config::from_toml(&typo, Path::new("x.toml")).unwrap_err();
-        assert!(e.to_string().contains("intervall_secs"), "{e}");
+        assert!(
+            report(&e).to_string().contains("intervall_secs"),
+            "{e}",
+            e = report(&e)
+        );
         let bad = MIN.replace("\"250.00\"", "\"250.001\"");
         assert!(Config::from_toml(&bad, Path::new("x.toml")).is_err());
         let bad = MIN.replace("hyd-node-01", "hyd node");
@@ -624,7 +629,11 @@ L4 = 60
         for bad in ["\"abc\"", "\"zz\""] {
             let text = format!("{MIN}\n[attestation]\nverifier_keys = [{bad}]\n");
             let e = Config::from_toml(&text, Path::new("x.toml")).unwrap_err();
-            assert!(e.to_string().contains("attestation.verifier_keys"), "{e}");
+            assert!(
+                report(&e).to_string().contains("attestation.verifier_keys"),
+                "{e}",
+                e = report(&e)
+            );
         }
         let typo = format!("{MIN}\n[attestation]\nenrolment_certificate = \"x\"\n");
         assert!(Config::from_toml(&typo, Path::new("x.toml")).is_err());
@@ -648,7 +657,11 @@ L4 = 60
         for bad in ["on", "dev/tpmrm0", ""] {
             let text = format!("{MIN}\n[attestation]\ntpm = \"{bad}\"\n");
             let e = Config::from_toml(&text, Path::new("x.toml")).unwrap_err();
-            assert!(e.to_string().contains("tpm"), "{e}");
+            assert!(
+                report(&e).to_string().contains("tpm"),
+                "{e}",
+                e = report(&e)
+            );
         }
     }
 

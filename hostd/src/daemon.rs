@@ -17,6 +17,7 @@ use crate::workload::runner::{Jobs, NodeJobs, Paths};
 use crate::workload::scratch::Fscrypt;
 use crate::workload::units::Systemd;
 use anyhow::{Context, Result};
+use attest::report::report;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -92,7 +93,7 @@ pub fn node_clock(cfg: &Config, store: &Store) -> Result<Clock> {
 pub fn open_node(cfg: Config, store: Store, clock: Clock) -> Result<Node> {
     let key_path = cfg.state.dir.join("log.key");
     let signer = keys::load_or_create_log_key(&key_path, &cfg.log_origin())
-        .with_context(|| format!("node log key {}", key_path.display()))?;
+        .context("loading the node's log key")?;
     let witness = Witness::at(cfg.state.dir.join(WITNESS_FILE));
     let ledger =
         Ledger::open_witnessed(store.db(), signer, witness).context("opening the usage ledger")?;
@@ -120,7 +121,7 @@ fn sd_notify(state: &str) {
     let sock = match std::os::unix::net::UnixDatagram::unbound() {
         Ok(s) => s,
         Err(e) => {
-            warn!(error = %e, "sd_notify: cannot create socket");
+            warn!(error = %report(&e), "sd_notify: cannot create socket");
             return;
         }
     };
@@ -133,7 +134,7 @@ fn sd_notify(state: &str) {
         sock.send_to(state.as_bytes(), Path::new(&path))
     };
     if let Err(e) = result {
-        warn!(error = %e, "sd_notify failed");
+        warn!(error = %report(&e), "sd_notify failed");
     }
 }
 
@@ -195,8 +196,10 @@ async fn try_start_workloads(
     stop: tokio::sync::watch::Receiver<bool>,
 ) -> std::result::Result<Arc<NodeJobs>, String> {
     let bus = setup.bus?;
-    let systemd = Systemd::connect(&bus).await.map_err(|e| e.to_string())?;
-    let events = systemd.events().await.map_err(|e| e.to_string())?;
+    let systemd = Systemd::connect(&bus)
+        .await
+        .map_err(|e| report(&e).to_string())?;
+    let events = systemd.events().await.map_err(|e| report(&e).to_string())?;
     let cfg = node.config().workloads.clone();
     let paths = Paths {
         work: cfg.work_dir.clone(),
@@ -208,16 +211,27 @@ async fn try_start_workloads(
         ..FirewallConfig::default()
     })
     .await
-    .map_err(|e| format!("cannot set up the lease network filter: {e}"))?;
+    .map_err(|e| {
+        format!(
+            "cannot set up the lease network filter: {e}",
+            e = report(&e)
+        )
+    })?;
     let scratch_dir = cfg.scratch_dir();
     for dir in [&cfg.work_dir, &scratch_dir] {
-        make_reachable_dir(dir)
-            .map_err(|e| format!("cannot create the work directory {}: {e}", dir.display()))?;
+        make_reachable_dir(dir).map_err(|e| {
+            format!(
+                "cannot create the work directory {}: {e}",
+                dir.display(),
+                e = report(&e)
+            )
+        })?;
     }
     let scratch = Fscrypt::new(&scratch_dir).map_err(|e| {
         format!(
             "no encrypted scratch at {} (it must be on ext4 with the encrypt feature): {e}",
-            scratch_dir.display()
+            scratch_dir.display(),
+            e = report(&e)
         )
     })?;
     let jobs = Jobs::new(
@@ -228,8 +242,8 @@ async fn try_start_workloads(
         cfg,
         paths,
     )
-    .map_err(|e| e.to_string())?;
-    jobs.adopt().await.map_err(|e| e.to_string())?;
+    .map_err(|e| report(&e).to_string())?;
+    jobs.adopt().await.map_err(|e| report(&e).to_string())?;
     let jobs = Arc::new(jobs);
     tokio::spawn(jobs.clone().run(events, stop));
     Ok(jobs)
@@ -297,7 +311,7 @@ pub async fn run(node: Node, workloads: WorkloadSetup) -> Result<()> {
             let why = match r {
                 Ok(Some(why)) => why,
                 Ok(None) => "the metering loop ended".to_owned(),
-                Err(e) => format!("the metering loop failed: {e}"),
+                Err(e) => format!("the metering loop failed: {e}", e = report(&e)),
             };
             error!(reason = %why, "stopping so that the supervisor restarts hostd");
             failed = Some(why);
@@ -310,8 +324,8 @@ pub async fn run(node: Node, workloads: WorkloadSetup) -> Result<()> {
     }
     match tokio::time::timeout(Duration::from_secs(10), server).await {
         Ok(Ok(Ok(()))) => {}
-        Ok(Ok(Err(e))) => warn!(error = %e, "API server stopped with an error"),
-        Ok(Err(e)) => warn!(error = %e, "API server task failed"),
+        Ok(Ok(Err(e))) => warn!(error = %report(&e), "API server stopped with an error"),
+        Ok(Err(e)) => warn!(error = %report(&e), "API server task failed"),
         Err(_) => warn!("API connections did not finish within 10 s"),
     }
     if let Some(why) = failed {
@@ -343,8 +357,8 @@ async fn metering_loop(
         let n = node.clone();
         let result = match tokio::task::spawn_blocking(move || n.meter_tick()).await {
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(format!("{e}")),
-            Err(e) => Err(format!("metering worker failed: {e}")),
+            Ok(Err(e)) => Err(report(&e).to_string()),
+            Err(e) => Err(format!("metering worker failed: {e}", e = report(&e))),
         };
         match result {
             Ok(()) => {

@@ -12,6 +12,7 @@ use crate::pki::DevPki;
 use crate::principal::Role;
 use crate::workload::container::PrivateSystemd;
 use anyhow::{bail, Context, Result};
+use attest::report::report;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -288,9 +289,9 @@ fn prepare_attestation(dir: &Path, cfg: &Config) -> Result<()> {
     .context("writing reference.json")?;
 
     let sim = nvidia_ml_sim::config::SimConfig::from_env()
-        .map_err(|e| anyhow::anyhow!("simulated GPUs: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("simulated GPUs: {e}", e = report(&e)))?;
     let roots = nvidia_ml_sim::attestation::root_bundle_pem(&sim)
-        .map_err(|e| anyhow::anyhow!("simulated GPU roots: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("simulated GPU roots: {e}", e = report(&e)))?;
     std::fs::write(dir.join("nvidia-roots.pem"), roots).context("writing nvidia-roots.pem")?;
     let rims = dir.join("rims");
     if rims.exists() {
@@ -298,10 +299,10 @@ fn prepare_attestation(dir: &Path, cfg: &Config) -> Result<()> {
     }
     std::fs::create_dir_all(&rims).context("creating rims/")?;
     let rim_root = nvidia_ml_sim::attestation::rim_root_pem(&sim)
-        .map_err(|e| anyhow::anyhow!("simulated RIM publisher: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("simulated RIM publisher: {e}", e = report(&e)))?;
     std::fs::write(dir.join("rim-root.pem"), rim_root).context("writing rim-root.pem")?;
     let signed_rims = nvidia_ml_sim::attestation::rims(&sim)
-        .map_err(|e| anyhow::anyhow!("signing the simulated GPUs' RIMs: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("signing the simulated GPUs' RIMs: {e}", e = report(&e)))?;
     for (name, xml) in signed_rims {
         std::fs::write(rims.join(&name), xml).with_context(|| format!("writing rims/{name}"))?;
     }
@@ -369,7 +370,8 @@ pub fn workloads(
     if let Err(e) = std::fs::create_dir_all(&cfg.workloads.work_dir) {
         return off(format!(
             "cannot create {}: {e}",
-            cfg.workloads.work_dir.display()
+            cfg.workloads.work_dir.display(),
+            e = report(&e)
         ));
     }
     let dir = &dir.canonicalize().unwrap_or_else(|_| dir.to_owned());
@@ -383,7 +385,7 @@ pub fn workloads(
     let binds = [cfg.workloads.work_dir.clone(), PathBuf::from(NETNS_DIR)];
     let container = match PrivateSystemd::start_or_adopt(dir, &machine, &binds) {
         Ok(c) => c,
-        Err(e) => return off(format!("no private systemd for jobs: {e}")),
+        Err(e) => return off(format!("no private systemd for jobs: {e}", e = report(&e))),
     };
     if let Err(e) = make_gpu_nodes(&container.root(), sim_gpu_count(gpus))
         .and_then(|()| resolve_users_from_userdb(&container.root()))

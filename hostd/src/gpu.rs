@@ -11,6 +11,7 @@
 //! MIG) come back as `None`; they never fail an inventory. A device that does fail is still
 //! listed, with its [`GpuStatus`], so an operator sees a broken GPU instead of a shrunken node.
 
+use attest::report::report;
 use std::path::{Path, PathBuf};
 
 use nvml_wrapper::enum_wrappers::device::TemperatureSensor;
@@ -38,7 +39,7 @@ pub enum GpuError {
     LibraryUnavailable { path: PathBuf, reason: String },
     /// The library loaded but refused to initialise (no driver, no permission, bad simulation
     /// configuration…).
-    #[error("NVML failed to initialise: {0}")]
+    #[error("NVML failed to initialise")]
     Init(#[source] NvmlError),
     /// The GPU fell off the bus or otherwise stopped answering.
     #[error("GPU {uuid} is lost (fallen off the bus or unreachable)")]
@@ -50,7 +51,7 @@ pub enum GpuError {
     #[error("GPU {uuid} returned an unusable attestation: {message}")]
     BadAttestation { uuid: String, message: String },
     /// Any other NVML failure, with the operation that failed.
-    #[error("NVML {op} failed{}: {source}", uuid.as_deref().map(|u| format!(" on GPU {u}")).unwrap_or_default())]
+    #[error("NVML {op} failed{}", uuid.as_deref().map(|u| format!(" on GPU {u}")).unwrap_or_default())]
     Nvml {
         uuid: Option<String>,
         op: &'static str,
@@ -186,7 +187,7 @@ impl Gpus {
             .map_err(|e| match e {
                 NvmlError::LibloadingError(e) => GpuError::LibraryUnavailable {
                     path: library.to_path_buf(),
-                    reason: e.to_string(),
+                    reason: report(&e).to_string(),
                 },
                 NvmlError::FailedToLoadSymbol(s) => GpuError::LibraryUnavailable {
                     path: library.to_path_buf(),
@@ -201,7 +202,7 @@ impl Gpus {
         match gpus.driver_version() {
             Ok(v) => info!(library = %library.display(), driver = %v, "NVML initialised"),
             Err(e) => {
-                warn!(library = %library.display(), error = %e, "NVML initialised, driver version unknown")
+                warn!(library = %library.display(), error = %report(&e), "NVML initialised, driver version unknown")
             }
         }
         Ok(gpus)
@@ -256,7 +257,7 @@ impl Gpus {
         let dev = match self.nvml.device_by_index(index) {
             Ok(d) => d,
             Err(e) => {
-                warn!(gpu = index, error = %e, "GPU does not answer");
+                warn!(gpu = index, error = %report(&e), "GPU does not answer");
                 info.status = status_of("device_by_index", &e);
                 return info;
             }
@@ -397,7 +398,7 @@ fn pem_certificates(pem: &[u8]) -> Result<Vec<Vec<u8>>, String> {
     let mut reader = std::io::BufReader::new(pem);
     let mut out = Vec::new();
     for item in rustls_pemfile::certs(&mut reader) {
-        let der = item.map_err(|e| format!("certificate chain is not PEM: {e}"))?;
+        let der = item.map_err(|e| format!("certificate chain is not PEM: {e}", e = report(&e)))?;
         out.push(der.as_ref().to_vec());
     }
     if out.is_empty() {
@@ -430,7 +431,7 @@ fn cc_mode(dev: &Device<'_>) -> Option<bool> {
                     | NvmlError::FailedToLoadSymbol(_)
                     | NvmlError::UnexpectedVariant(ARGUMENT_VERSION_MISMATCH)
             ) {
-                debug!(error = %e, "confidential-computing state unknown");
+                debug!(error = %report(&e), "confidential-computing state unknown");
             }
             None
         }

@@ -19,7 +19,7 @@ use keyfile::MAX_KEY_FILE_LEN;
 
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
-    #[error("log key {path}: {source}")]
+    #[error("log key {path}")]
     Io { path: PathBuf, source: io::Error },
     #[error(
         "log key {path} is readable or writable by group or others (mode {mode:04o}); \
@@ -30,7 +30,7 @@ pub enum KeyError {
     NotAFile { path: PathBuf },
     #[error("log key {path} is larger than {MAX_KEY_FILE_LEN} bytes: not a key file")]
     TooLarge { path: PathBuf },
-    #[error("log key {path} is not a valid signer key: {source}")]
+    #[error("log key {path} is not a valid signer key")]
     Malformed { path: PathBuf, source: NoteError },
     #[error(
         "log key {path} is for log {found:?} but this node's log is {expected:?}; \
@@ -41,7 +41,7 @@ pub enum KeyError {
         found: String,
         expected: String,
     },
-    #[error("cannot create a log key named {name:?}: {source}")]
+    #[error("cannot create a log key named {name:?}")]
     Generate { name: String, source: NoteError },
 }
 
@@ -159,6 +159,7 @@ pub fn write_new_private(path: &Path, contents: &[u8]) -> Result<(), KeyError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use attest::report::report;
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     #[test]
@@ -191,9 +192,14 @@ mod tests {
             let err = load_or_create_log_key(&path, "n/usage").unwrap_err();
             assert!(
                 matches!(err, KeyError::Permissions { mode: m, .. } if m == mode),
-                "{err}"
+                "{err}",
+                err = report(&err)
             );
-            assert!(err.to_string().contains("chmod 600"), "{err}");
+            assert!(
+                report(&err).to_string().contains("chmod 600"),
+                "{err}",
+                err = report(&err)
+            );
         }
         fs::set_permissions(&path, fs::Permissions::from_mode(0o400)).unwrap();
         load_or_create_log_key(&path, "n/usage").unwrap();
@@ -205,7 +211,11 @@ mod tests {
         let path = dir.path().join("log.key");
         load_or_create_log_key(&path, "a/usage").unwrap();
         let err = load_or_create_log_key(&path, "b/usage").unwrap_err();
-        assert!(matches!(err, KeyError::NameMismatch { .. }), "{err}");
+        assert!(
+            matches!(err, KeyError::NameMismatch { .. }),
+            "{err}",
+            err = report(&err)
+        );
     }
 
     #[test]
@@ -214,14 +224,26 @@ mod tests {
         let path = dir.path().join("log.key");
         write_new_private(&path, b"PRIVATE+KEY+n/usage+00000000+AAAA").unwrap();
         let err = load_or_create_log_key(&path, "n/usage").unwrap_err();
-        assert!(matches!(err, KeyError::Malformed { .. }), "{err}");
+        assert!(
+            matches!(err, KeyError::Malformed { .. }),
+            "{err}",
+            err = report(&err)
+        );
         // The error never echoes key material.
-        assert!(!err.to_string().contains("AAAA"), "{err}");
+        assert!(
+            !report(&err).to_string().contains("AAAA"),
+            "{err}",
+            err = report(&err)
+        );
 
         let sub = dir.path().join("sub");
         fs::DirBuilder::new().mode(0o700).create(&sub).unwrap();
         let err = load_or_create_log_key(&sub, "n/usage").unwrap_err();
-        assert!(matches!(err, KeyError::NotAFile { .. }), "{err}");
+        assert!(
+            matches!(err, KeyError::NotAFile { .. }),
+            "{err}",
+            err = report(&err)
+        );
     }
 
     #[test]

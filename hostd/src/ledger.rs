@@ -33,6 +33,7 @@ use attest::log::{AppendBatch, NodeId};
 use attest::log::{Hash, Log, LogError, LogStore};
 use attest::note::{NoteSigner, NoteVerifier};
 use attest::receipt::Receipt;
+use attest::report::report;
 use auditor::layout::ConsistencyProof;
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
@@ -87,7 +88,7 @@ fn split_entry(index: u64, v: &[u8]) -> Result<(&[u8], &[u8]), StoreError> {
 /// Errors of the sled-backed store.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("ledger database: {0}")]
+    #[error("ledger database")]
     Sled(#[from] sled::Error),
     /// A stored value has the wrong shape: the database was damaged or edited.
     #[error("ledger store is corrupt: {what} is {len} bytes, expected {expected}")]
@@ -327,9 +328,9 @@ impl LogStore for SledLogStore {
 pub enum LedgerError {
     #[error(transparent)]
     Store(#[from] StoreError),
-    #[error("ledger: {0}")]
+    #[error("ledger")]
     Log(#[from] LogError),
-    #[error("ledger checkpoint: {0}")]
+    #[error("ledger checkpoint")]
     Checkpoint(#[from] CheckpointError),
     #[error(
         "the ledger was started with log key {stored} but this node's log key is {current}; \
@@ -337,8 +338,8 @@ pub enum LedgerError {
     )]
     KeyChanged { stored: String, current: String },
     #[error(
-        "the stored ledger checkpoint does not verify with log key {vkey}: {source}; \
-         it was replaced or damaged — refusing to start"
+        "the stored ledger checkpoint does not verify with log key {vkey} (it was replaced or \
+         damaged; refusing to start)"
     )]
     BadStoredCheckpoint {
         vkey: String,
@@ -617,7 +618,7 @@ impl Ledger {
         let mut next = 0u64;
         for item in snap.stored_records() {
             let (index, bytes) = item.map_err(|e| LedgerError::Damaged {
-                what: format!("record {next} cannot be read ({e})"),
+                what: format!("record {next} cannot be read ({e})", e = report(&e)),
             })?;
             if index != next {
                 return Err(LedgerError::Damaged {
@@ -890,7 +891,10 @@ impl Snapshot {
         let verifier = match NoteVerifier::parse(&self.vkey) {
             Ok(v) => Some(v),
             Err(e) => {
-                problems.push(format!("the stored verifier key is malformed: {e}"));
+                problems.push(format!(
+                    "the stored verifier key is malformed: {e}",
+                    e = report(&e)
+                ));
                 None
             }
         };
@@ -898,7 +902,8 @@ impl Snapshot {
             if let Err(e) = open_checkpoint(&self.checkpoint_note, v) {
                 problems.push(format!(
                     "the stored checkpoint does not verify with the stored log key {}: {e}",
-                    self.vkey
+                    self.vkey,
+                    e = report(&e)
                 ));
             }
         }
@@ -909,7 +914,7 @@ impl Snapshot {
                 self.size
             )),
             Ok(_) => {}
-            Err(e) => problems.push(e.to_string()),
+            Err(e) => problems.push(report(&e).to_string()),
         }
         let signed_root = unverified_checkpoint(&self.checkpoint_note).map(|c| c.root);
         match (Log::open(self.store.clone()), signed_root) {
@@ -921,9 +926,11 @@ impl Snapshot {
                     B64.encode(signed)
                 )),
                 Ok(_) => {}
-                Err(e) => problems.push(format!("the stored tree is damaged: {e}")),
+                Err(e) => problems.push(format!("the stored tree is damaged: {e}", e = report(&e))),
             },
-            (Err(e), _) => problems.push(format!("the stored tree is damaged: {e}")),
+            (Err(e), _) => {
+                problems.push(format!("the stored tree is damaged: {e}", e = report(&e)))
+            }
             _ => {}
         }
         problems
@@ -1039,7 +1046,11 @@ mod tests {
 
         let other = NoteSigner::from_seed("node-1/usage", &[8; 32]).unwrap();
         let err = Ledger::open(&db, other).unwrap_err();
-        assert!(matches!(err, LedgerError::KeyChanged { .. }), "{err}");
+        assert!(
+            matches!(err, LedgerError::KeyChanged { .. }),
+            "{err}",
+            err = report(&err)
+        );
 
         // Truncation: the size goes back but the checkpoint still covers 9.
         tree.insert(SIZE_KEY, &8u64.to_be_bytes()[..]).unwrap();
@@ -1052,7 +1063,8 @@ mod tests {
                     size: 8
                 }
             ),
-            "{err}"
+            "{err}",
+            err = report(&err)
         );
         tree.insert(SIZE_KEY, &9u64.to_be_bytes()[..]).unwrap();
 
@@ -1064,7 +1076,8 @@ mod tests {
         let err = Ledger::open(&db, signer()).unwrap_err();
         assert!(
             matches!(err, LedgerError::RootMismatch { size: 9, .. }),
-            "{err}"
+            "{err}",
+            err = report(&err)
         );
         tree.insert(leaf_key(8), saved).unwrap();
 
@@ -1086,7 +1099,8 @@ mod tests {
         let err = Ledger::open(&db, signer()).unwrap_err();
         assert!(
             matches!(err, LedgerError::BadStoredCheckpoint { .. }),
-            "{err}"
+            "{err}",
+            err = report(&err)
         );
         tree.insert(CHECKPOINT_KEY, good).unwrap();
 
@@ -1113,10 +1127,15 @@ mod tests {
                     ..
                 }
             ),
-            "{err}"
+            "{err}",
+            err = report(&err)
         );
         let err = Ledger::open(&db, signer()).unwrap_err();
-        assert!(err.to_string().contains("corrupt"), "{err}");
+        assert!(
+            report(&err).to_string().contains("corrupt"),
+            "{err}",
+            err = report(&err)
+        );
         tree.insert(SIZE_KEY, &4u64.to_be_bytes()[..]).unwrap();
 
         // Leaf 3's entry holds the hashes of levels 0, 1 and 2 (the first four leaves).
@@ -1125,7 +1144,11 @@ mod tests {
         assert_eq!(saved[0], 3);
         tree.insert(leaf_key(3), &saved[..70]).unwrap();
         let err = store.node(id).unwrap_err();
-        assert!(err.to_string().contains("entry of leaf 3"), "{err}");
+        assert!(
+            report(&err).to_string().contains("entry of leaf 3"),
+            "{err}",
+            err = report(&err)
+        );
         assert!(store.leaf(3).is_err());
         assert!(Ledger::open(&db, signer()).is_err());
         tree.insert(leaf_key(3), &[][..]).unwrap();
@@ -1137,7 +1160,11 @@ mod tests {
         tree.insert(leaf_key(3), fewer).unwrap();
         assert_eq!(store.node(id).unwrap(), None);
         let err = Ledger::open(&db, signer()).unwrap_err();
-        assert!(err.to_string().contains("missing"), "{err}");
+        assert!(
+            report(&err).to_string().contains("missing"),
+            "{err}",
+            err = report(&err)
+        );
         tree.insert(leaf_key(3), saved).unwrap();
         Ledger::open(&db, signer()).unwrap();
     }
@@ -1186,7 +1213,8 @@ mod tests {
         let err = s.records().last().unwrap().unwrap_err();
         assert!(
             matches!(err, LedgerError::MissingRecord { index: 5, .. }),
-            "{err}"
+            "{err}",
+            err = report(&err)
         );
         let problems = s.check();
         assert!(

@@ -18,6 +18,7 @@
 //! Certificates are ECDSA P-256; client certificates are X509-SVIDs: one SPIFFE URI SAN,
 //! `clientAuth` EKU, not a CA.
 
+use attest::report::report;
 use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -58,7 +59,7 @@ pub const SERVER_DIR: &str = "server";
 /// Why a certificate could not be issued, loaded or written. Names the file involved.
 #[derive(Debug, thiserror::Error)]
 pub enum PkiError {
-    #[error("{}: {source}", path.display())]
+    #[error("{}", path.display())]
     Io {
         path: PathBuf,
         #[source]
@@ -68,7 +69,7 @@ pub enum PkiError {
     Tls(#[from] TlsError),
     #[error("{}: {reason}", path.display())]
     BadFile { path: PathBuf, reason: String },
-    #[error("certificate generation failed: {0}")]
+    #[error("certificate generation failed")]
     Rcgen(#[from] rcgen::Error),
     #[error(transparent)]
     Principal(#[from] PrincipalError),
@@ -219,12 +220,18 @@ impl CertificateAuthority {
                 format!("expected exactly one certificate, found {}", v.len()),
             )
         })?;
-        let key = Zeroizing::new(
-            KeyPair::from_pem(&key_pem)
-                .map_err(|e| bad(key_path, format!("unusable private key: {e}")))?,
-        );
-        let params = CertificateParams::from_ca_cert_der(&cert_der)
-            .map_err(|e| bad(cert_path, format!("unusable CA certificate: {e}")))?;
+        let key = Zeroizing::new(KeyPair::from_pem(&key_pem).map_err(|e| {
+            bad(
+                key_path,
+                format!("unusable private key: {e}", e = report(&e)),
+            )
+        })?);
+        let params = CertificateParams::from_ca_cert_der(&cert_der).map_err(|e| {
+            bad(
+                cert_path,
+                format!("unusable CA certificate: {e}", e = report(&e)),
+            )
+        })?;
         if !matches!(params.is_ca, IsCa::Ca(_)) {
             return Err(bad(cert_path, "not a CA certificate".into()));
         }
@@ -265,7 +272,10 @@ impl CertificateAuthority {
     fn roots(&self) -> Result<Arc<RootCertStore>, PkiError> {
         let mut roots = RootCertStore::empty();
         roots.add(self.cert_der.clone()).map_err(|e| {
-            PkiError::Inconsistent(format!("CA certificate unusable as a root: {e}"))
+            PkiError::Inconsistent(format!(
+                "CA certificate unusable as a root: {e}",
+                e = report(&e)
+            ))
         })?;
         Ok(Arc::new(roots))
     }
@@ -525,7 +535,7 @@ impl DevPki {
     ) -> Result<Vec<Principal>, PkiError> {
         check_trust_domain(trust_domain)?;
         hostd_api::profile::parse_server_url(server_url)
-            .map_err(|e| PkiError::BadServerUrl(e.to_string()))?;
+            .map_err(|e| PkiError::BadServerUrl(report(&e).to_string()))?;
         if server_names.is_empty() {
             return Err(PkiError::BadServerName(String::new()));
         }
@@ -613,7 +623,12 @@ impl DevPki {
         }
         let cert = match tls::load_certs(cert_path) {
             Ok(mut certs) => certs.swap_remove(0),
-            Err(e) => return Ok((Leaf::Issue(format!("unreadable certificate: {e}")), None)),
+            Err(e) => {
+                return Ok((
+                    Leaf::Issue(format!("unreadable certificate: {e}", e = report(&e))),
+                    None,
+                ))
+            }
         };
         let key_pem = Zeroizing::new(fs::read_to_string(key_path).map_err(io_err(key_path))?);
         match KeyPair::from_pem(&key_pem) {
@@ -633,7 +648,10 @@ impl DevPki {
         );
         match verify(&cert, at) {
             Ok(()) => Ok((Leaf::Keep, Some(cert))),
-            Err(e) => Ok((Leaf::Issue(format!("no longer valid: {e}")), Some(cert))),
+            Err(e) => Ok((
+                Leaf::Issue(format!("no longer valid: {e}", e = report(&e))),
+                Some(cert),
+            )),
         }
     }
 
@@ -645,11 +663,13 @@ impl DevPki {
         let verifier =
             WebPkiServerVerifier::builder_with_provider(self.ca.roots()?, tls::provider())
                 .build()
-                .map_err(|e| PkiError::Inconsistent(format!("server verifier: {e}")))?;
+                .map_err(|e| {
+                    PkiError::Inconsistent(format!("server verifier: {e}", e = report(&e)))
+                })?;
         let (leaf, _) = Self::inspect_leaf(&cert_path, &key_path, |cert, at| {
             for name in names {
                 let server_name = ServerName::try_from(*name)
-                    .map_err(|e| rustls::Error::General(e.to_string()))?;
+                    .map_err(|e| rustls::Error::General(report(&e).to_string()))?;
                 verifier.verify_server_cert(cert, &[], &server_name, &[], at)?;
             }
             Ok(())
@@ -670,7 +690,9 @@ impl DevPki {
         let verifier =
             WebPkiClientVerifier::builder_with_provider(self.ca.roots()?, tls::provider())
                 .build()
-                .map_err(|e| PkiError::Inconsistent(format!("client verifier: {e}")))?;
+                .map_err(|e| {
+                    PkiError::Inconsistent(format!("client verifier: {e}", e = report(&e)))
+                })?;
         let (leaf, existing) = Self::inspect_leaf(&cert_path, &key_path, |cert, at| {
             verifier.verify_client_cert(cert, &[], at).map(|_| ())
         })?;
@@ -828,7 +850,11 @@ mod tests {
             fs::set_permissions(&key, fs::Permissions::from_mode(m)).unwrap();
             let err = tls::server_config(&pki.ca_cert_path(), &pki.server_cert_path(), &key)
                 .expect_err("refused");
-            assert!(err.to_string().contains("chmod 600"), "{err}");
+            assert!(
+                report(&err).to_string().contains("chmod 600"),
+                "{err}",
+                err = report(&err)
+            );
         }
     }
 
@@ -943,7 +969,11 @@ mod tests {
             DEFAULT_SERVER_URL,
         )
         .unwrap_err();
-        assert!(matches!(err, PkiError::IdentityMismatch { .. }), "{err}");
+        assert!(
+            matches!(err, PkiError::IdentityMismatch { .. }),
+            "{err}",
+            err = report(&err)
+        );
     }
 
     #[test]

@@ -15,6 +15,7 @@
 //! unexpected shape means. Anything else is refused, which a hostile certificate (say, one with
 //! a percent-encoded `..` or a second URI SAN) cannot talk its way around.
 
+use attest::report::report;
 use std::fmt;
 use std::str::FromStr;
 
@@ -169,7 +170,7 @@ impl Principal {
         expected_trust_domain: &str,
     ) -> Result<Principal, PrincipalError> {
         let (rest, cert) = x509_parser::parse_x509_certificate(der)
-            .map_err(|e| PrincipalError::BadCertificate(truncate(&e.to_string())))?;
+            .map_err(|e| PrincipalError::BadCertificate(truncate(&report(&e).to_string())))?;
         if !rest.is_empty() {
             return Err(PrincipalError::BadCertificate(
                 "trailing data after the certificate".into(),
@@ -177,13 +178,13 @@ impl Principal {
         }
         let bc = cert
             .basic_constraints()
-            .map_err(|e| PrincipalError::BadCertificate(truncate(&e.to_string())))?;
+            .map_err(|e| PrincipalError::BadCertificate(truncate(&report(&e).to_string())))?;
         if bc.is_some_and(|bc| bc.value.ca) {
             return Err(PrincipalError::CaCertificate);
         }
         let san = cert
             .subject_alternative_name()
-            .map_err(|e| PrincipalError::BadCertificate(truncate(&e.to_string())))?
+            .map_err(|e| PrincipalError::BadCertificate(truncate(&report(&e).to_string())))?
             .ok_or(PrincipalError::NoSpiffeId)?;
         let uris: Vec<&str> = san
             .value

@@ -47,7 +47,7 @@ pub enum RecoverError {
     Ledger(#[from] LedgerError),
     #[error(transparent)]
     Witness(#[from] WitnessError),
-    #[error("export: {0}")]
+    #[error("export")]
     Source(#[from] SourceError),
     #[error("there is no witness ({0}): nothing says which log this node published")]
     NoWitness(String),
@@ -56,7 +56,7 @@ pub enum RecoverError {
          checkpoint of {witnessed}"
     )]
     NotBehind { stored: u64, witnessed: u64 },
-    #[error("the export does not verify with this node's key: {0}")]
+    #[error("the export does not verify with this node's key")]
     ExportFailed(#[source] VerifyFailure),
     #[error("the export does not verify with this node's key: {}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
     ExportInvalid(Vec<Finding>),
@@ -68,7 +68,7 @@ pub enum RecoverError {
     NotAPrefix { index: u64 },
     #[error("the export has {lines} records but its checkpoint covers {size}")]
     ShortExport { lines: u64, size: u64 },
-    #[error("writing the recovery record: {0}")]
+    #[error("writing the recovery record")]
     Record(#[source] serde_json::Error),
 }
 

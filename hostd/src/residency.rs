@@ -69,19 +69,19 @@ pub struct Residency {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ResidencyError {
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}")]
     Read {
         path: String,
         source: std::io::Error,
     },
-    #[error("policy authority key {path}: {source}")]
+    #[error("policy authority key {path}")]
     Key {
         path: String,
         source: policy::BundleError,
     },
-    #[error("policy bundle refused: {0}")]
+    #[error("policy bundle refused")]
     Bundle(#[from] policy::BundleError),
-    #[error("state: {0}")]
+    #[error("state")]
     Store(#[from] crate::state::StoreError),
 }
 

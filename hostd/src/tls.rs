@@ -17,6 +17,7 @@
 //! - **Bounded everything**: concurrent connections, handshake time, header size and count, time
 //!   to send headers (which also reaps idle keep-alive connections), and the shutdown drain.
 
+use attest::report::report;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
@@ -50,22 +51,22 @@ pub const ALPN_HTTP1: &[u8] = b"http/1.1";
 pub enum TlsError {
     #[error(transparent)]
     Pem(#[from] keyfile::pem::PemError),
-    #[error("{}: CA certificate rejected: {source}", path.display())]
+    #[error("{}: CA certificate rejected", path.display())]
     BadCa {
         path: PathBuf,
         #[source]
         source: rustls::Error,
     },
-    #[error("client certificate verifier: {0}")]
+    #[error("client certificate verifier")]
     Verifier(#[from] rustls::server::VerifierBuilderError),
-    #[error("certificate {} / key {} unusable: {source}", cert.display(), key.display())]
+    #[error("certificate {} / key {} unusable", cert.display(), key.display())]
     CertKey {
         cert: PathBuf,
         key: PathBuf,
         #[source]
         source: rustls::Error,
     },
-    #[error("TLS configuration: {0}")]
+    #[error("TLS configuration")]
     Config(#[source] rustls::Error),
 }
 
@@ -305,7 +306,7 @@ pub async fn serve_with(
                 Err(e) => {
                     // Typically EMFILE/ENFILE: back off instead of spinning.
                     if let Some(n) = logs.hit("accept", std::time::Instant::now()) {
-                        tracing::error!(error = %e, events = n, "accept failed; retrying in 1 s");
+                        tracing::error!(error = %report(&e), events = n, "accept failed; retrying in 1 s");
                     }
                     tokio::time::sleep(Duration::from_secs(1)).await;
                     continue;
@@ -415,7 +416,7 @@ impl Connection {
                 Ok(Err(e)) => {
                     // Includes every refused client certificate (none, unknown CA, expired).
                     if let Some(n) = self.logs.hit("handshake-failed", now()) {
-                        tracing::warn!(%peer, error = %e, events = n, "TLS handshake failed");
+                        tracing::warn!(%peer, error = %report(&e), events = n, "TLS handshake failed");
                     }
                     return;
                 }
@@ -435,7 +436,7 @@ impl Connection {
         let principal = match leaf.map(|der| Principal::from_cert_der(der, &self.trust_domain)) {
             Some(Ok(p)) => p,
             Some(Err(e)) => {
-                tracing::warn!(%peer, error = %e, "client certificate names no principal of this node; closing connection");
+                tracing::warn!(%peer, error = %report(&e), "client certificate names no principal of this node; closing connection");
                 // Best effort close_notify, so the client sees a clean close rather than a reset.
                 let mut tls = tls;
                 let _ = tokio::time::timeout(Duration::from_secs(1), tls.shutdown()).await;
@@ -485,7 +486,7 @@ impl Connection {
             }
         };
         if let Err(e) = result {
-            tracing::debug!(%peer, error = %e, "connection ended with an error");
+            tracing::debug!(%peer, error = %report(&e), "connection ended with an error");
         }
     }
 }

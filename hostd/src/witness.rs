@@ -33,7 +33,7 @@ const MAX_LEN: u64 = 64 * 1024;
 /// Why the witness could not be read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum WitnessError {
-    #[error("witness {path}: {source}")]
+    #[error("witness {path}")]
     Io {
         path: PathBuf,
         #[source]
@@ -41,7 +41,7 @@ pub enum WitnessError {
     },
     #[error("witness {path} is not a regular file of at most {MAX_LEN} bytes")]
     NotAFile { path: PathBuf },
-    #[error("witness {path} does not verify with this node's log key: {source}")]
+    #[error("witness {path} does not verify with this node's log key")]
     DoesNotVerify {
         path: PathBuf,
         #[source]

@@ -132,7 +132,8 @@ async fn units_start_with_systemds_types_and_failures_are_clear() {
         .await
         .unwrap_err();
     assert!(matches!(err, UnitError::StartRefused { .. }), "{err}");
-    assert!(err.to_string().contains("already loaded"), "{err}");
+    let shown = attest::report::report(&err).to_string();
+    assert!(shown.contains("already loaded"), "{shown}");
 
     // The bus gone: a clear error, no panic, no hang.
     drop(bus);

@@ -43,7 +43,7 @@ pub enum AptError {
         got: String,
     },
     /// File system error.
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Io {
         /// The path.
         path: PathBuf,

@@ -62,16 +62,16 @@ pub enum BuildError {
     #[error(transparent)]
     Tree(#[from] TreeError),
     /// Assembling the UKI.
-    #[error("assembling the UKI: {0}")]
+    #[error("assembling the UKI")]
     Uki(#[from] crate::uki::UkiError),
     /// The initrd.
-    #[error("writing the initrd: {0}")]
+    #[error("writing the initrd")]
     Cpio(#[from] crate::cpio::CpioError),
     /// Cutting the initrd down to what mounting the root takes.
-    #[error("cutting down the initrd: {0}")]
+    #[error("cutting down the initrd")]
     Initrd(#[from] crate::initrd::InitrdError),
     /// Signing the manifest.
-    #[error("signing the manifest: {0}")]
+    #[error("signing the manifest")]
     Manifest(#[from] attest::manifest::ManifestError),
     /// Bad input.
     #[error("{0}")]

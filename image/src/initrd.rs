@@ -56,7 +56,7 @@ const SYSTEMD_LIB_DIR: &str = "usr/lib/x86_64-linux-gnu/systemd";
 pub enum InitrdError {
     #[error(transparent)]
     Tree(#[from] TreeError),
-    #[error("{path}: not a readable ELF file: {source}")]
+    #[error("{path}: not a readable ELF file")]
     Elf {
         path: PathBuf,
         #[source]

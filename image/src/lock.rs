@@ -13,6 +13,7 @@
 //! stub   systemd-boot-efi  252.39-1~deb12u2  <64 hex digits>
 //! ```
 
+use attest::report::report;
 use serde::Deserialize;
 use std::collections::BTreeSet;
 use std::fmt;
@@ -188,7 +189,8 @@ pub struct PartSpec {
 impl Spec {
     /// Parses `packages.toml`.
     pub fn parse(text: &str) -> Result<Spec, LockError> {
-        let spec: Spec = toml::from_str(text).map_err(|e| LockError::Spec(e.to_string()))?;
+        let spec: Spec =
+            toml::from_str(text).map_err(|e| LockError::Spec(report(&e).to_string()))?;
         for name in spec
             .image
             .install

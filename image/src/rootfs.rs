@@ -14,7 +14,7 @@ use std::process::Command;
 #[non_exhaustive]
 pub enum TreeError {
     /// File system error.
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Io {
         /// The path.
         path: PathBuf,

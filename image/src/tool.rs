@@ -1,6 +1,7 @@
 //! Running the Debian tools the build drives (`apt-get`, `dpkg-deb`, `mkfs.erofs`, …): one
 //! place that turns a failure into an error naming the command and carrying its error output.
 
+use attest::report::report;
 use std::process::Command;
 
 /// A tool could not be started, or exited unsuccessfully.
@@ -18,7 +19,7 @@ pub fn run(cmd: &mut Command) -> Result<String, ToolError> {
     let tool = format!("{cmd:?}");
     let out = cmd.output().map_err(|e| ToolError {
         tool: tool.clone(),
-        detail: e.to_string(),
+        detail: report(&e).to_string(),
     })?;
     if !out.status.success() {
         return Err(ToolError {
@@ -40,13 +41,18 @@ mod tests {
     #[test]
     fn failures_name_the_command_and_carry_its_error_output() {
         let err = run(Command::new("sh").args(["-c", "echo oops >&2; exit 3"])).unwrap_err();
-        assert!(err.tool.contains("\"sh\""), "{err}");
+        assert!(err.tool.contains("\"sh\""), "{err}", err = report(&err));
         assert!(
             err.detail.contains("oops") && err.detail.contains('3'),
-            "{err}"
+            "{err}",
+            err = report(&err)
         );
         let err = run(&mut Command::new("/nonexistent/tool")).unwrap_err();
-        assert!(err.tool.contains("/nonexistent/tool"), "{err}");
+        assert!(
+            err.tool.contains("/nonexistent/tool"),
+            "{err}",
+            err = report(&err)
+        );
         assert_eq!(run(Command::new("echo").arg("hi")).unwrap(), "hi\n");
     }
 }

@@ -8,6 +8,7 @@
 //! file alignment.
 
 use crate::measure::Section;
+use attest::report::report;
 use object::pe;
 use object::read::pe::{ImageNtHeaders, ImageOptionalHeader};
 use object::LittleEndian as LE;
@@ -59,7 +60,7 @@ fn align(v: u64, a: u64) -> u64 {
 }
 
 fn layout(stub: &[u8]) -> Result<Layout, UkiError> {
-    let bad = |e: object::Error| UkiError::NotPe(e.to_string());
+    let bad = |e: object::Error| UkiError::NotPe(report(&e).to_string());
     let dos = pe::ImageDosHeader::parse(stub).map_err(bad)?;
     let mut offset = u64::from(dos.nt_headers_offset());
     let nt_start = offset as usize;

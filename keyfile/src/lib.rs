@@ -38,7 +38,7 @@ pub const MAX_KEY_FILE_LEN: u64 = 16 * 1024;
 #[non_exhaustive]
 pub enum KeyFileError {
     /// The file could not be created, opened, read or written.
-    #[error("key file {path}: {source}")]
+    #[error("key file {path}")]
     Io {
         /// The key file.
         path: PathBuf,
@@ -84,7 +84,7 @@ pub enum KeyFileError {
         expected: &'static str,
     },
     /// The operating system's random number generator failed.
-    #[error("random generator: {0}")]
+    #[error("random generator")]
     Random(#[source] rand_core::Error),
 }
 

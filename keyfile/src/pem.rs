@@ -14,7 +14,7 @@ pub const MAX_PEM_FILE_LEN: u64 = 1 << 20;
 #[non_exhaustive]
 pub enum PemError {
     /// The file could not be read.
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}", path.display())]
     Io {
         /// The file.
         path: PathBuf,

@@ -61,15 +61,13 @@ pub enum ClientError {
     Tls(#[from] TlsError),
     #[error("invalid request path {0:?}: must start with '/'")]
     BadPath(String),
-    #[error("cannot connect to {server}: {source} (is hostd running at {server}?)")]
+    #[error("cannot connect to {server} (is hostd running at {server}?)")]
     Connect {
         server: String,
         #[source]
         source: io::Error,
     },
-    #[error(
-        "TLS handshake with {server} failed: {source} (is the profile's ca.pem this node's CA?)"
-    )]
+    #[error("TLS handshake with {server} failed (is the profile's ca.pem this node's CA?)")]
     Handshake {
         server: String,
         #[source]
@@ -87,7 +85,7 @@ pub enum ClientError {
     Closed { server: String },
     #[error("{server} did not answer within {}s", after.as_secs())]
     Timeout { server: String, after: Duration },
-    #[error("HTTP error talking to {server}: {source}")]
+    #[error("HTTP error talking to {server}")]
     Http {
         server: String,
         #[source]
@@ -105,7 +103,7 @@ pub enum ClientError {
     /// The node answered with an error: the request was understood and refused.
     #[error("{} ({status}){}", body.error, reasons(body))]
     Api { status: u16, body: ErrorBody },
-    #[error("the node's answer (HTTP {status}) does not have the expected shape: {source}")]
+    #[error("the node's answer (HTTP {status}) does not have the expected shape")]
     Shape {
         status: u16,
         #[source]
@@ -113,11 +111,11 @@ pub enum ClientError {
     },
     #[error("the node sent non-UTF-8 text")]
     NotText,
-    #[error("writing the response: {0}")]
+    #[error("writing the response")]
     Write(#[source] io::Error),
     #[error("the node answered (HTTP {status}) with {}, not a file", got.as_deref().unwrap_or("no content type"))]
     ContentType { status: u16, got: Option<String> },
-    #[error("reading the file to send: {0}")]
+    #[error("reading the file to send")]
     Read(#[source] io::Error),
 }
 

@@ -13,20 +13,20 @@ pub const ALPN_HTTP1: &[u8] = b"http/1.1";
 pub enum TlsError {
     #[error(transparent)]
     Pem(#[from] PemError),
-    #[error("{}: CA certificate rejected: {source}", path.display())]
+    #[error("{}: CA certificate rejected", path.display())]
     BadCa {
         path: PathBuf,
         #[source]
         source: rustls::Error,
     },
-    #[error("certificate {} / key {} unusable: {source}", cert.display(), key.display())]
+    #[error("certificate {} / key {} unusable", cert.display(), key.display())]
     CertKey {
         cert: PathBuf,
         key: PathBuf,
         #[source]
         source: rustls::Error,
     },
-    #[error("TLS configuration: {0}")]
+    #[error("TLS configuration")]
     Config(#[source] rustls::Error),
 }
 

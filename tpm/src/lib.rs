@@ -30,7 +30,7 @@ pub use transport::{Device, SwtpmSocket, Transport, DEFAULT_DEVICE};
 #[non_exhaustive]
 pub enum TpmError {
     /// The TPM device or socket could not be opened.
-    #[error("opening the TPM at {path}: {source}")]
+    #[error("opening the TPM at {path}")]
     Open {
         /// Device or socket path.
         path: std::path::PathBuf,
@@ -38,7 +38,7 @@ pub enum TpmError {
         source: std::io::Error,
     },
     /// Sending a command or reading its response failed.
-    #[error("TPM I/O while {op}: {source}")]
+    #[error("TPM I/O while {op}")]
     Io {
         /// What was being done.
         op: &'static str,
@@ -62,7 +62,7 @@ pub enum TpmError {
         reason: String,
     },
     /// A structure in the response failed `attest::tpm`'s checks.
-    #[error("{command}: {source}")]
+    #[error("{command}")]
     Parse {
         /// The command.
         command: &'static str,

@@ -9,7 +9,7 @@ use std::ops::Range;
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
     /// The store failed (I/O, corruption detected by the store itself).
-    #[error("log store: {0}")]
+    #[error("log store")]
     Store(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
     /// The store claims a size but lacks a node below it: it is corrupt or was written by
     /// something other than [`Log`].

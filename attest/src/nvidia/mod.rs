@@ -24,7 +24,7 @@ pub enum GpuReportError {
     #[error("GPU report malformed: {0}")]
     Malformed(SpdmError),
     /// The certificate chain does not verify.
-    #[error("GPU certificate chain: {0}")]
+    #[error("GPU certificate chain")]
     Chain(#[from] ChainError),
     /// The report signature does not verify.
     #[error("GPU report signature: {0}")]

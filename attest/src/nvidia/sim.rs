@@ -31,7 +31,7 @@ use x509_cert::Certificate;
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
     /// DER encoding failed.
-    #[error("DER: {0}")]
+    #[error("DER")]
     Der(#[from] der::Error),
     /// Key derivation or encoding failed.
     #[error("key: {0}")]
@@ -40,7 +40,7 @@ pub enum SimError {
     #[error("layout: {0}")]
     Layout(&'static str),
     /// A RIM to sign does not parse.
-    #[error("RIM: {0}")]
+    #[error("RIM")]
     Rim(#[from] crate::rim::RimError),
 }
 

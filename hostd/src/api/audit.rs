@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::ledger::{LedgerError, Snapshot};
+use attest::report::report;
 use axum::body::{Body, Bytes};
 use hostd_api::query::{ConsistencyQuery, RecordsQuery};
 
@@ -54,8 +55,8 @@ pub(super) async fn records(
     tokio::task::spawn_blocking(move || {
         records_chunks(&snap, size, RECORDS_CHUNK, |chunk| {
             let chunk = chunk.map(Bytes::from).map_err(|e| {
-                tracing::error!(error = %e, "audit records export aborted");
-                std::io::Error::other(e.to_string())
+                tracing::error!(error = %report(&e), "audit records export aborted");
+                std::io::Error::other(report(&e).to_string())
             });
             // An error means the client went away: stop reading.
             tx.blocking_send(chunk).is_ok()
@@ -104,7 +105,7 @@ pub(super) async fn consistency(
     let Query(q) = q.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
     let proof = blocking(&node, move |n| {
         n.with_ledger(|l| l.consistency_proof(q.from))
-            .map_err(|e| NodeError::BadRequest(e.to_string()))
+            .map_err(|e| NodeError::BadRequest(report(&e).to_string()))
     })
     .await?;
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], proof).into_response())
@@ -180,7 +181,11 @@ mod tests {
             }
             Err(e) => {
                 failed = true;
-                assert!(e.to_string().contains("200"), "{e}");
+                assert!(
+                    report(&e).to_string().contains("200"),
+                    "{e}",
+                    e = report(&e)
+                );
                 false
             }
         });

@@ -33,6 +33,7 @@ use crate::residency::TransferDecision;
 use crate::workload::confined::{FileError, Kind, Opened, RelPath, Root, Upload};
 use crate::workload::runner::NodeJobs;
 use crate::workload::scratch::ScratchError;
+use attest::report::report;
 use axum::body::{Body, Bytes};
 use axum::extract::ConnectInfo;
 use hostd_api::file::{FileEntry, FileKind, FileList, FileWritten};
@@ -55,7 +56,7 @@ impl From<FileError> for ApiError {
             }
             FileError::Io { .. } => return ApiError::internal(&e),
         };
-        ApiError::new(status, e.to_string())
+        ApiError::new(status, report(&e).to_string())
     }
 }
 
@@ -167,7 +168,7 @@ fn record(node: &Node, facts: &TransferFacts) {
             lease = %facts.lease,
             direction = facts.direction,
             bytes = facts.bytes,
-            error = %e,
+            error = %report(&e),
             "transfer not recorded in the ledger"
         );
     }

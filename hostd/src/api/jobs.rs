@@ -6,6 +6,7 @@
 use super::leases::visible_lease;
 use super::*;
 use crate::workload::runner::NodeJobs;
+use attest::report::report;
 use axum::body::{Body, Bytes};
 use hostd_api::job::{Job, JobList, NewJob};
 use hostd_api::query::LogsQuery;
@@ -149,7 +150,7 @@ async fn read_from(
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
         Err(e) => {
-            tracing::warn!(error = %e, "cannot open a job log");
+            tracing::warn!(error = %report(&e), "cannot open a job log");
             let _ = tx.send(Err(std::io::Error::other("log unreadable"))).await;
             return Err(());
         }

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::ledger::Snapshot;
+use attest::report::report;
 use hostd_api::answer::{UsageList, UsageReceipt};
 use hostd_api::query::{
     BillQuery, UsageQuery, USAGE_LIMIT_DEFAULT, USAGE_LIMIT_MAX, USAGE_SCAN_MAX,
@@ -119,7 +120,8 @@ pub(super) fn visible_record(
         }
         Err(e) => {
             return Err(NodeError::internal(format!(
-                "record {id} is undecodable: {e}"
+                "record {id} is undecodable: {e}",
+                e = report(&e)
             )))
         }
     };

@@ -2,6 +2,7 @@
 //! residency policy sees.
 
 use super::*;
+use attest::report::report;
 
 /// The attestation facts residency rules are evaluated against.
 pub(super) struct PolicyAttestation {
@@ -149,11 +150,12 @@ impl Node {
             ));
         }
         let trimmed = bytes.strip_suffix(b"\n").unwrap_or(bytes);
-        let result = AttestationResult::from_bytes(trimmed)
-            .map_err(|e| NodeError::BadRequest(format!("not an attestation result: {e}")))?;
-        result
-            .verify_result_signature(&keys)
-            .map_err(|e| NodeError::BadRequest(format!("attestation result refused: {e}")))?;
+        let result = AttestationResult::from_bytes(trimmed).map_err(|e| {
+            NodeError::BadRequest(format!("not an attestation result: {e}", e = report(&e)))
+        })?;
+        result.verify_result_signature(&keys).map_err(|e| {
+            NodeError::BadRequest(format!("attestation result refused: {e}", e = report(&e)))
+        })?;
         let ours = self.attester.node_public_key();
         match &result.result.node {
             Some(n) if n.node_public_key == ours => {}

@@ -23,14 +23,14 @@ pub enum NodeError {
     Busy(String),
     /// A failure of the node itself (store, ledger, serialisation): logged with its whole
     /// source chain under a request id, answered to clients as a bare 500.
-    #[error("internal error: {0}")]
+    #[error("internal error")]
     Internal(#[source] InternalError),
 }
 
 /// What the node was doing when it failed, and the error that stopped it. Its text may hold
 /// state paths and internals, which is why the API never sends it to a client.
 #[derive(Debug, thiserror::Error)]
-#[error("{context}: {source}")]
+#[error("{context}")]
 pub struct InternalError {
     /// What the node was doing.
     pub context: String,

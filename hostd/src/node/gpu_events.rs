@@ -1,6 +1,7 @@
 //! The GPU inventory, and the GPU event records the metering loop writes when a GPU changes.
 
 use super::*;
+use attest::report::report;
 
 /// What the metering loop remembers of one GPU, to notice changes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -103,7 +104,7 @@ impl Node {
     pub fn inventory(&self) -> Result<Vec<GpuInfo>, NodeError> {
         self.gpus
             .inventory()
-            .map_err(|e| NodeError::Unavailable(format!("GPU inventory: {e}")))
+            .map_err(|e| NodeError::Unavailable(format!("GPU inventory: {e}", e = report(&e))))
     }
 
     /// Compares the GPU inventory with the last snapshot and appends a GPU event record per
@@ -113,7 +114,7 @@ impl Node {
         let inventory = match self.gpus.inventory() {
             Ok(i) => i,
             Err(e) => {
-                warn!(error = %e, "GPU inventory failed; GPU state changes not checked this round");
+                warn!(error = %report(&e), "GPU inventory failed; GPU state changes not checked this round");
                 return Ok(());
             }
         };

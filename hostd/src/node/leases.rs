@@ -1,6 +1,7 @@
 //! Leases: placement under the residency policy, exclusive GPU allocation, and ending.
 
 use super::*;
+use attest::report::report;
 
 impl Node {
     pub fn leases(&self) -> Result<Vec<Lease>, NodeError> {
@@ -142,8 +143,8 @@ impl Node {
             })
             .collect();
         lease::allocate(&healthy, &live, &req.model, req.gpus).map_err(|e| match e {
-            lease::AllocError::NotEnough { .. } => NodeError::Conflict(e.to_string()),
-            _ => NodeError::BadRequest(e.to_string()),
+            lease::AllocError::NotEnough { .. } => NodeError::Conflict(report(&e).to_string()),
+            _ => NodeError::BadRequest(report(&e).to_string()),
         })
     }
 

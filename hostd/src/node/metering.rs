@@ -1,6 +1,7 @@
 //! The metering round: samples every leased GPU and cuts usage records at hour boundaries.
 
 use super::*;
+use attest::report::report;
 
 /// What one metering round gathers before it commits: every cursor (advanced or not), the
 /// intervals that closed, leases whose GPUs failed, and cursors to remove.
@@ -19,7 +20,7 @@ impl Node {
         let _w = lock(&self.write);
         self.stats.ticks.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = self.watch_gpus() {
-            error!(error = %e, "recording GPU state changes failed");
+            error!(error = %report(&e), "recording GPU state changes failed");
         }
         let leases: Vec<Lease> = self
             .leases()?
@@ -70,7 +71,7 @@ impl Node {
         c.consecutive_errors += 1;
         let lost = matches!(e, GpuError::Lost { .. });
         if lost || c.consecutive_errors >= MAX_CONSECUTIVE_ERRORS {
-            error!(tenant = %lease.tenant, lease = %lease.id, gpu = %c.gpu_uuid, error = %e,
+            error!(tenant = %lease.tenant, lease = %lease.id, gpu = %c.gpu_uuid, error = %report(&e),
                 "GPU failed; metering stopped at its last good sample");
             let end = c.last_sample_ms;
             round
@@ -81,11 +82,11 @@ impl Node {
                 .entry(lease.id.clone())
                 .or_insert_with(|| lease.clone());
             for g in l.gpus.iter_mut().filter(|g| g.uuid == c.gpu_uuid) {
-                g.fault = Some(format!("{e} (at {})", rfc3339_ms(now)));
+                g.fault = Some(format!("{e} (at {})", rfc3339_ms(now), e = report(&e)));
             }
             round.removes.push(key.clone());
         } else {
-            warn!(tenant = %lease.tenant, lease = %lease.id, gpu = %c.gpu_uuid, error = %e,
+            warn!(tenant = %lease.tenant, lease = %lease.id, gpu = %c.gpu_uuid, error = %report(&e),
                 attempt = c.consecutive_errors, "GPU sample failed");
         }
         round.cursors.insert(key, c);

@@ -27,6 +27,7 @@ use crate::state::keys::{
 };
 use crate::state::{JsonTree, Store, StoreError};
 use attest::ear::{AttestationResult, Status};
+use attest::report::report;
 use auditor::money::amount_paise;
 use auditor::record::{
     AttestationRecord, GpuEventKind, GpuEventRecord, Record, UsageRecord, RECORD_VERSION,
@@ -153,9 +154,9 @@ impl Node {
         self.tenants
             .all::<Tenant>()
             .map_err(|e| internal("checking the tenants", e))?;
-        let leases = self
-            .leases()
-            .map_err(|e| NodeError::internal(format!("checking the leases: {e}")))?;
+        let leases = self.leases().map_err(|e| {
+            NodeError::internal(format!("checking the leases: {e}", e = report(&e)))
+        })?;
         let cursors = self
             .leases
             .scan::<Cursor>(CURSOR_PREFIX)

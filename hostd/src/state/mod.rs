@@ -12,6 +12,7 @@
 pub mod keys;
 pub mod raw;
 
+use attest::report::report;
 pub use raw::RawTree;
 use serde::{de::DeserializeOwned, Serialize};
 use std::path::{Path, PathBuf};
@@ -27,7 +28,7 @@ pub const SCHEMA_VERSION: u32 = 1;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("cannot open state database {path}: {source}")]
+    #[error("cannot open state database {path}")]
     Open { path: PathBuf, source: sled::Error },
     #[error(
         "the state database {path} is damaged (its files do not read back as written). hostd \
@@ -40,7 +41,7 @@ pub enum StoreError {
         "state directory {path} was written by a newer hostd (schema {found}, this build understands up to {SCHEMA_VERSION}); refusing to start — run the newer hostd or restore a backup"
     )]
     NewerSchema { path: PathBuf, found: u32 },
-    #[error("state database: {0}")]
+    #[error("state database")]
     Sled(#[from] sled::Error),
     #[error("corrupt {tree} entry {key}: {message}")]
     Corrupt {
@@ -234,7 +235,7 @@ impl JsonTree {
         StoreError::Corrupt {
             tree: self.name,
             key: key.to_owned(),
-            message: e.to_string(),
+            message: report(&e).to_string(),
         }
     }
 }
@@ -253,7 +254,11 @@ mod tests {
             s.flush().unwrap();
         }
         let err = Store::open(dir.path()).err().expect("must refuse");
-        assert!(err.to_string().contains("newer hostd"), "{err}");
+        assert!(
+            report(&err).to_string().contains("newer hostd"),
+            "{err}",
+            err = report(&err)
+        );
     }
 
     #[test]
@@ -269,7 +274,11 @@ mod tests {
             .insert("b", &b"{not json"[..])
             .unwrap();
         let err = t.get::<Vec<i32>>("b").unwrap_err();
-        assert!(err.to_string().contains("corrupt things entry b"), "{err}");
+        assert!(
+            report(&err).to_string().contains("corrupt things entry b"),
+            "{err}",
+            err = report(&err)
+        );
     }
 
     /// The in-memory tree behaves as the sled one: batches, prefixes, key order.

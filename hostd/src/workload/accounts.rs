@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 /// Why a record could not be written.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot write the user record {path}: {source}")]
+#[error("cannot write the user record {path}")]
 pub struct AccountError {
     path: PathBuf,
     #[source]

@@ -11,6 +11,7 @@
 //! unfinished [`Upload`] deletes it, so a failed upload leaves no partial file. Files are
 //! given to the lease's uid (mode 0600, directories 0700): they are the tenant's, not root's.
 
+use attest::report::report;
 use rustix::fd::{AsFd, OwnedFd};
 use rustix::fs::{self, AtFlags, FileType, Gid, Mode, OFlags, ResolveFlags, Uid};
 use rustix::io::Errno;
@@ -35,7 +36,7 @@ pub enum FileError {
     IsADirectory { path: String },
     #[error("{path:?} is neither a regular file nor a directory")]
     NotRegular { path: String },
-    #[error("{context}: {source}")]
+    #[error("{context}")]
     Io {
         context: &'static str,
         #[source]
@@ -359,7 +360,7 @@ impl Drop for Upload {
     fn drop(&mut self) {
         if !self.committed {
             if let Err(e) = fs::unlinkat(&self.dir, self.temp.as_str(), AtFlags::empty()) {
-                tracing::warn!(error = %e, "cannot delete an unfinished upload");
+                tracing::warn!(error = %report(&e), "cannot delete an unfinished upload");
             }
         }
     }

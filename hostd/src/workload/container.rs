@@ -31,7 +31,7 @@ pub enum ContainerError {
     NoNspawn,
     #[error("no cgroup hierarchy to place the container in under /sys/fs/cgroup: {0}")]
     NoCgroup(String),
-    #[error("cannot {what}: {source}")]
+    #[error("cannot {what}")]
     Io {
         what: String,
         #[source]

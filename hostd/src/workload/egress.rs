@@ -31,6 +31,7 @@
 //! on `net.ipv4.conf.<if>.forwarding` for each lease's host veth and for the configured
 //! uplinks only, because the kernel checks that flag on the interface a packet came in on.
 
+use attest::report::report;
 use policy::{Cidr, EgressAllowList};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -71,7 +72,7 @@ pub enum EgressError {
     AlreadyExists { lease: String },
     #[error("lease {lease} has no network (counters {what} missing)")]
     NotFound { lease: String, what: String },
-    #[error("cannot run `{command}`: {source}")]
+    #[error("cannot run `{command}`")]
     Spawn {
         command: String,
         #[source]
@@ -83,25 +84,25 @@ pub enum EgressError {
         status: String,
         stderr: String,
     },
-    #[error("cannot parse the output of `{command}`: {source}")]
+    #[error("cannot parse the output of `{command}`")]
     Parse {
         command: String,
         #[source]
         source: serde_json::Error,
     },
-    #[error("cannot write {path}: {source}")]
+    #[error("cannot write {path}")]
     Sysctl {
         path: String,
         #[source]
         source: std::io::Error,
     },
-    #[error("cannot read the host's resolvers from {path}: {source}")]
+    #[error("cannot read the host's resolvers from {path}")]
     ResolvConf {
         path: String,
         #[source]
         source: std::io::Error,
     },
-    #[error("cannot list {path}: {source}")]
+    #[error("cannot list {path}")]
     ListNamespaces {
         path: String,
         #[source]
@@ -715,17 +716,17 @@ impl NftFirewall {
     async fn undo(&self, lease: &str, n: &Names, made: &Made) {
         if made.veth {
             if let Err(e) = run("ip", &["link", "del", &n.host_if], None).await {
-                tracing::warn!(lease, error = %e, "rollback: veth not deleted");
+                tracing::warn!(lease, error = %report(&e), "rollback: veth not deleted");
             }
         }
         if made.netns {
             if let Err(e) = run("ip", &["netns", "del", &n.netns], None).await {
-                tracing::warn!(lease, error = %e, "rollback: namespace not deleted");
+                tracing::warn!(lease, error = %report(&e), "rollback: namespace not deleted");
             }
         }
         if made.rules {
             if let Err(e) = nft(&remove_script(n)).await {
-                tracing::warn!(lease, error = %e, "rollback: rules not deleted");
+                tracing::warn!(lease, error = %report(&e), "rollback: rules not deleted");
             }
         }
     }
@@ -795,7 +796,7 @@ impl Firewall for NftFirewall {
                 Ok(net)
             }
             Err(e) => {
-                tracing::warn!(lease, error = %e, "lease network not created; rolling back");
+                tracing::warn!(lease, error = %report(&e), "lease network not created; rolling back");
                 self.undo(lease, &n, &made).await;
                 self.release(lease);
                 Err(e)

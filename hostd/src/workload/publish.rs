@@ -6,6 +6,7 @@
 //! filter lets answer as return traffic of a connection the host opened; a lease can still
 //! open nothing towards the host.
 
+use attest::report::report;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -20,7 +21,7 @@ use tokio::task::{JoinHandle, JoinSet};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PublishError {
-    #[error("cannot listen on {addr} for lease {lease}: {source}")]
+    #[error("cannot listen on {addr} for lease {lease}")]
     Bind {
         lease: String,
         addr: SocketAddr,
@@ -136,7 +137,7 @@ async fn accept_loop(
                 let (client, peer) = match accepted {
                     Ok(c) => c,
                     Err(e) => {
-                        tracing::warn!(lease = %lease, error = %e, "accept failed");
+                        tracing::warn!(lease = %lease, error = %report(&e), "accept failed");
                         tokio::time::sleep(Duration::from_millis(50)).await;
                         continue;
                     }
@@ -165,7 +166,7 @@ async fn forward(lease: &str, client: TcpStream, config: &PortConfig, counters: 
     {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
-            tracing::warn!(lease, target = %config.target, error = %e, "job port refused");
+            tracing::warn!(lease, target = %config.target, error = %report(&e), "job port refused");
             return;
         }
         Err(_) => {
@@ -182,7 +183,7 @@ async fn forward(lease: &str, client: TcpStream, config: &PortConfig, counters: 
         copy(jr, cw, &counters.from_job)
     );
     if let Err(e) = both {
-        tracing::debug!(lease, error = %e, "forwarded connection ended with an error");
+        tracing::debug!(lease, error = %report(&e), "forwarded connection ended with an error");
     }
 }
 

@@ -28,6 +28,7 @@ use crate::config::WorkloadConfig;
 use crate::lease::Lease;
 use crate::node::{InternalError, Node, NodeError};
 use crate::state::JsonTree;
+use attest::report::report;
 use hostd_api::job::{Job, JobState, NewJob};
 use hostd_api::lease::LeaseState;
 use std::collections::{BTreeMap, BTreeSet};
@@ -192,7 +193,7 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
                 job::mark_lost(&mut s.job, self.node.clock().now_ms());
                 warn!(lease = %s.job.lease, job = %s.job.id, "job's unit vanished while hostd was down");
                 if let Err(e) = self.meter(&s, 0).await {
-                    warn!(job = %s.job.id, error = %e, "cannot close the lost job's metering");
+                    warn!(job = %s.job.id, error = %report(&e), "cannot close the lost job's metering");
                 }
                 self.tree.put(&s.key(), &s)?;
             }
@@ -200,7 +201,7 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
         for orphan in loaded.difference(&known) {
             warn!(unit = %orphan, "stopping a job unit hostd has no record of");
             if let Err(e) = self.units.stop(orphan).await {
-                warn!(unit = %orphan, error = %e, "could not stop orphan unit");
+                warn!(unit = %orphan, error = %report(&e), "could not stop orphan unit");
             }
         }
         Ok(())
@@ -248,7 +249,9 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
                 Ok(()) => {
                     info!(lease = %id, cidrs = allow.cidrs.len(), policy = %allow.policy_digest, "egress allow-list re-applied")
                 }
-                Err(e) => warn!(lease = %id, error = %e, "cannot re-apply the egress allow-list"),
+                Err(e) => {
+                    warn!(lease = %id, error = %report(&e), "cannot re-apply the egress allow-list")
+                }
             }
         }
     }
@@ -314,7 +317,7 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
 
     async fn readopt(&self, s: &StoredJob) {
         if let Err(e) = self.units.hold(&s.unit, true).await {
-            warn!(job = %s.job.id, error = %e, "could not hold re-adopted unit");
+            warn!(job = %s.job.id, error = %report(&e), "could not hold re-adopted unit");
         }
         self.republish(s).await;
         lock(&self.live).insert(s.key());
@@ -329,9 +332,9 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
             return Err(NodeError::Conflict(format!("lease {} has ended", lease.id)));
         }
         let limits = job::check_request(&req, &self.cfg)
-            .map_err(|e| NodeError::BadRequest(e.to_string()))?;
+            .map_err(|e| NodeError::BadRequest(report(&e).to_string()))?;
         sandbox::check_command(&req.argv, &req.env)
-            .map_err(|e| NodeError::BadRequest(e.to_string()))?;
+            .map_err(|e| NodeError::BadRequest(report(&e).to_string()))?;
         self.check_program(&req.argv[0])?;
         let _w = self.write.lock().await;
         self.check_capacity(&lease.id)?;
@@ -363,7 +366,7 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
         };
         let mut props = sandbox
             .properties()
-            .map_err(|e| NodeError::BadRequest(e.to_string()))?;
+            .map_err(|e| NodeError::BadRequest(report(&e).to_string()))?;
         let devices = device_allow(&props);
         let log = self.log_file(&lease.id, &id)?;
         props.extend(watch_properties(&log));
@@ -429,7 +432,7 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
                 Ok(stored.job.clone())
             }
             Err(e) => {
-                warn!(job = %stored.job.id, error = %e, "cannot publish the job's port; stopping it");
+                warn!(job = %stored.job.id, error = %report(&e), "cannot publish the job's port; stopping it");
                 let _ = self.stop_unit(stored).await;
                 Err(NodeError::Unavailable(
                     "the node could not publish the job's port".into(),
@@ -455,7 +458,7 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
                 Ok(stored.job.clone())
             }
             Err(e) => {
-                warn!(lease = %stored.job.lease, job = %stored.job.id, error = %e, "systemd refused the job");
+                warn!(lease = %stored.job.lease, job = %stored.job.id, error = %report(&e), "systemd refused the job");
                 stored.job.state = JobState::Failed;
                 stored.job.result = Some("start-refused".into());
                 stored.job.ended_ms = Some(self.node.clock().now_ms());
@@ -537,7 +540,7 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
         let net = match known {
             Some(n) => n,
             None => self.firewall.create(&lease.id, &allow).await.map_err(|e| {
-                warn!(lease = %lease.id, error = %e, "cannot set up the lease's network");
+                warn!(lease = %lease.id, error = %report(&e), "cannot set up the lease's network");
                 NodeError::Unavailable("the node could not set up the lease's network".into())
             })?,
         };
@@ -622,7 +625,7 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
         s.stop_requested = true;
         self.tree.put(&s.key(), s)?;
         self.units.stop(&s.unit).await.map_err(|e| {
-            warn!(job = %s.job.id, error = %e, "stopping the job failed");
+            warn!(job = %s.job.id, error = %report(&e), "stopping the job failed");
             NodeError::Unavailable("the node could not stop the job; try again".into())
         })
     }
@@ -705,7 +708,7 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
             .collect();
         let busy = super::simload::busy_gpus(&leases, &running);
         if let Err(e) = lock(sim).set_busy(busy) {
-            warn!(error = %e, "cannot show jobs' load on the simulated GPUs");
+            warn!(error = %report(&e), "cannot show jobs' load on the simulated GPUs");
         }
     }
 
@@ -715,7 +718,7 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
         let status = match self.units.status(&s.unit).await {
             Ok(st) => st,
             Err(e) => {
-                warn!(job = %s.job.id, error = %e, "cannot read the job's unit");
+                warn!(job = %s.job.id, error = %report(&e), "cannot read the job's unit");
                 return Ok(());
             }
         };
@@ -733,7 +736,7 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
         let memory = status.as_ref().and_then(|st| st.memory_bytes).unwrap_or(0);
         if let Err(e) = self.meter_if_due(s, memory, now).await {
             // The cursor has not moved: the next refresh cuts the same span again.
-            warn!(job = %s.job.id, error = %e, "metering the job failed; retrying");
+            warn!(job = %s.job.id, error = %report(&e), "metering the job failed; retrying");
         } else if s.job.state.is_final() {
             self.finish(s).await;
         }
@@ -787,7 +790,7 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
             info!(job = %s.job.id, to_job = c.to_job.load(Relaxed), from_job = c.from_job.load(Relaxed), "service port closed");
         }
         if let Err(e) = self.units.hold(&s.unit, false).await {
-            warn!(job = %s.job.id, error = %e, "could not let go of the ended unit");
+            warn!(job = %s.job.id, error = %report(&e), "could not let go of the ended unit");
         }
         info!(tenant = %s.job.tenant, lease = %s.job.lease, job = %s.job.id,
             state = s.job.state.as_str(), exit_code = ?s.job.exit_code, signal = ?s.job.signal,
@@ -828,7 +831,7 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
         }
         let props = [("DeviceAllow", PropertyValue::Devices(s.devices.clone()))];
         if let Err(e) = self.units.set_properties(&s.unit, &props).await {
-            warn!(job = %s.job.id, error = %e, "could not re-apply device rules; retrying");
+            warn!(job = %s.job.id, error = %report(&e), "could not re-apply device rules; retrying");
             return;
         }
         match self.units.status(&s.unit).await {
@@ -837,7 +840,9 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
                 info!(tenant = %s.job.tenant, lease = %s.job.lease, job = %s.job.id, "device rules re-applied after a reload");
             }
             Ok(_) => warn!(job = %s.job.id, "systemd does not hold every device rule; retrying"),
-            Err(e) => warn!(job = %s.job.id, error = %e, "cannot check device rules; retrying"),
+            Err(e) => {
+                warn!(job = %s.job.id, error = %report(&e), "cannot check device rules; retrying")
+            }
         }
     }
 
@@ -879,7 +884,7 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
                 _ = stop.changed() => return,
             }
             if let Err(e) = self.refresh().await {
-                warn!(error = %e, "refreshing jobs failed");
+                warn!(error = %report(&e), "refreshing jobs failed");
             }
         }
     }
@@ -890,7 +895,7 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
         let known = pool.leases().iter().any(|l| l == lease);
         let uid = pool
             .assign(lease)
-            .map_err(|e| NodeError::Unavailable(e.to_string()))?;
+            .map_err(|e| NodeError::Unavailable(report(&e).to_string()))?;
         if !known {
             if let Err(e) = self.uid_tree.put(lease, &uid) {
                 pool.release(lease);
@@ -938,7 +943,7 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
             if self.lease_has_ended(&lease)? {
                 self.erase_scratch(&lease).await?;
                 if let Err(e) = self.firewall.remove(&lease).await {
-                    warn!(lease = %lease, error = %e, "cannot remove the lease's network; retrying");
+                    warn!(lease = %lease, error = %report(&e), "cannot remove the lease's network; retrying");
                     continue;
                 }
                 lock(&self.nets).remove(&lease);

@@ -36,6 +36,7 @@ pub mod volume;
 #[cfg(any(test, feature = "dev"))]
 pub use mem::{Call, MemScratch};
 
+use attest::report::report;
 use fscrypt::{KeyIdentifier, KeyStatus, RawKey, Removal};
 use std::collections::HashMap;
 use std::fs::{self, File};
@@ -66,19 +67,19 @@ pub enum ScratchError {
         would: u64,
         quota: u64,
     },
-    #[error("no randomness for lease {lease}'s key: {source}")]
+    #[error("no randomness for lease {lease}'s key")]
     Rng {
         lease: String,
         #[source]
         source: rand_core::Error,
     },
-    #[error("fscrypt refused for lease {lease}: {source}")]
+    #[error("fscrypt refused for lease {lease}")]
     Fscrypt {
         lease: String,
         #[source]
         source: fscrypt::Error,
     },
-    #[error("cannot {what} {path}: {source}")]
+    #[error("cannot {what} {path}")]
     Io {
         what: &'static str,
         path: PathBuf,
@@ -462,7 +463,7 @@ impl Fscrypt {
         };
         let removed = self.remove_key(lease, key);
         if let Err(e) = deleted.and(removed.map(drop)) {
-            tracing::warn!(lease, error = %e, "could not undo a failed scratch create");
+            tracing::warn!(lease, error = %report(&e), "could not undo a failed scratch create");
         }
     }
 
@@ -525,7 +526,11 @@ mod tests {
         fn drop(&mut self) {
             if let Some(vol) = self.vol.take() {
                 if let Err(e) = vol.unmount() {
-                    eprintln!("cleanup of {}: {e}", self.dir.path().display());
+                    eprintln!(
+                        "cleanup of {}: {e}",
+                        self.dir.path().display(),
+                        e = report(&e)
+                    );
                 }
             }
         }
@@ -634,7 +639,12 @@ mod tests {
         assert_eq!(names.len(), 1);
         assert_ne!(names[0], "secret.txt", "names read as ciphertext");
         let err = File::open(dir.join(&names[0])).unwrap_err();
-        assert_eq!(err.raw_os_error(), Some(libc::ENOKEY), "{err}");
+        assert_eq!(
+            err.raw_os_error(),
+            Some(libc::ENOKEY),
+            "{err}",
+            err = report(&err)
+        );
         // The erase that follows a lock (or an interrupted erase) still completes.
         assert_eq!(s.erase("locked").unwrap().bytes, 4096);
         assert!(!dir.exists());
@@ -674,7 +684,8 @@ mod tests {
                     ..
                 }
             ),
-            "{err}"
+            "{err}",
+            err = report(&err)
         );
         // A sparse file counts at its size, a tiny one at its block.
         File::create(dir.join("sparse"))
@@ -775,7 +786,8 @@ mod tests {
             let err = s.create(bad, 1).unwrap_err();
             assert!(
                 matches!(err, ScratchError::BadLease { .. }),
-                "{bad:?}: {err}"
+                "{bad:?}: {err}",
+                err = report(&err)
             );
             assert!(matches!(
                 s.erase_leftover(bad),
@@ -798,7 +810,7 @@ mod tests {
         let err = s.erase("nobody").unwrap_err();
         assert!(matches!(err, ScratchError::UnknownLease { ref lease } if lease == "nobody"));
         assert_eq!(
-            err.to_string(),
+            report(&err).to_string(),
             "lease nobody has no scratch made by this hostd"
         );
         assert!(matches!(
@@ -817,7 +829,7 @@ mod tests {
         match s.create("x", 1) {
             Err(ScratchError::Fscrypt { ref lease, .. }) => assert_eq!(lease, "x"),
             Ok(_) => return eprintln!("SKIPPED: the temporary directory supports fscrypt"),
-            Err(e) => panic!("unexpected: {e}"),
+            Err(e) => panic!("unexpected: {e}", e = report(&e)),
         }
         assert_eq!(fs::read_dir(&plain).unwrap().count(), 0);
     }

@@ -14,19 +14,19 @@ use zbus::zvariant::{OwnedObjectPath, OwnedValue, Value};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum UnitError {
-    #[error("cannot reach systemd's bus at {address}: {source}")]
+    #[error("cannot reach systemd's bus at {address}")]
     Connect {
         address: String,
         #[source]
         source: zbus::Error,
     },
-    #[error("systemd refused to start {unit}: {source}")]
+    #[error("systemd refused to start {unit}")]
     StartRefused {
         unit: String,
         #[source]
         source: zbus::Error,
     },
-    #[error("systemd refused to stop {unit}: {source}")]
+    #[error("systemd refused to stop {unit}")]
     StopRefused {
         unit: String,
         #[source]
@@ -34,7 +34,7 @@ pub enum UnitError {
     },
     #[error("property {name} cannot be sent: {reason}")]
     BadProperty { name: String, reason: String },
-    #[error("systemd did not answer {call} for {unit}: {source}")]
+    #[error("systemd did not answer {call} for {unit}")]
     Call {
         call: &'static str,
         unit: String,

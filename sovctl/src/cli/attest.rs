@@ -12,6 +12,7 @@ use attest::ear::{AttestationResult, Status};
 use attest::evidence::Evidence;
 use attest::identity::{EnrollmentAuthority, EnrollmentClaims};
 use attest::manifest::{ImageManifest, SignedImageManifest};
+use attest::report::report;
 use attest::rim::Rim;
 use attest::verifier::{NonceRegistry, ReferenceValues, Verifier, VerifierConfig};
 use serde_json::{json, Value};
@@ -193,7 +194,7 @@ fn execute(cmd: AttestCmd, profile: Option<&Path>, json_out: bool) -> CmdResult 
         Some(AttestSub::Verify(args)) => verify_offline(args, json_out),
         Some(AttestSub::Reference(args)) => reference(args),
         Some(AttestSub::Keygen { out }) => {
-            let key = keyfile::create_ed25519(&out).map_err(usage)?;
+            let key = keyfile::create_ed25519(&out).map_err(|e| usage(report(&e)))?;
             println!(
                 "created {} (private, 0600) and {} (public key {})",
                 out.display(),
@@ -208,13 +209,14 @@ fn execute(cmd: AttestCmd, profile: Option<&Path>, json_out: bool) -> CmdResult 
 
 /// Reads a private key made by `sovctl attest keygen` (the key-file rules of `keyfile`).
 fn read_signing_key(path: &Path) -> Result<ed25519_dalek::SigningKey, String> {
-    keyfile::read_ed25519(path).map_err(|e| e.to_string())
+    keyfile::read_ed25519(path).map_err(|e| report(&e).to_string())
 }
 
 /// Reads a public key file (64 hex digits, e.g. `KEY.pub`).
 fn read_verifying_key(path: &Path) -> Result<ed25519_dalek::VerifyingKey, String> {
-    let b = keyfile::read_ed25519_public(path).map_err(|e| e.to_string())?;
-    attest::identity::verifying_key(&b).map_err(|e| format!("{}: {e}", path.display()))
+    let b = keyfile::read_ed25519_public(path).map_err(|e| report(&e).to_string())?;
+    attest::identity::verifying_key(&b)
+        .map_err(|e| format!("{}: {e}", path.display(), e = report(&e)))
 }
 
 /// SHA-256 of a file's bytes, as measured into evidence and reference manifests.
@@ -247,13 +249,13 @@ fn random_nonce() -> Result<[u8; 32], Fail> {
     let mut n = [0u8; 32];
     OsRng
         .try_fill_bytes(&mut n)
-        .map_err(|e| usage(format!("random generator: {e}")))?;
+        .map_err(|e| usage(format!("random generator: {e}", e = report(&e))))?;
     Ok(n)
 }
 
 /// DER certificates from a PEM file.
 pub fn read_pem_certs(path: &Path) -> Result<Vec<Vec<u8>>, String> {
-    let certs = keyfile::pem::load_certs(path).map_err(|e| e.to_string())?;
+    let certs = keyfile::pem::load_certs(path).map_err(|e| report(&e).to_string())?;
     Ok(certs.iter().map(|c| c.as_ref().to_vec()).collect())
 }
 
@@ -264,7 +266,7 @@ fn read_rims(paths: &[PathBuf], roots: &[Vec<u8>], now: u64) -> Result<Vec<Rim>,
     for p in paths {
         if p.is_dir() {
             let mut entries: Vec<PathBuf> = std::fs::read_dir(p)
-                .map_err(|e| format!("{}: {e}", p.display()))?
+                .map_err(|e| format!("{}: {e}", p.display(), e = report(&e)))?
                 .filter_map(|e| e.ok().map(|e| e.path()))
                 .filter(|p| p.extension().is_some_and(|x| x == "swidtag" || x == "xml"))
                 .collect();
@@ -277,8 +279,10 @@ fn read_rims(paths: &[PathBuf], roots: &[Vec<u8>], now: u64) -> Result<Vec<Rim>,
     files
         .iter()
         .map(|f| {
-            let text = std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?;
-            Rim::parse_verified(&text, roots, now).map_err(|e| format!("{}: {e}", f.display()))
+            let text = std::fs::read_to_string(f)
+                .map_err(|e| format!("{}: {e}", f.display(), e = report(&e)))?;
+            Rim::parse_verified(&text, roots, now)
+                .map_err(|e| format!("{}: {e}", f.display(), e = report(&e)))
         })
         .collect()
 }
@@ -289,14 +293,14 @@ pub fn build_verifier(t: &TrustArgs, now: u64) -> Result<Verifier, String> {
         .reference
         .as_ref()
         .ok_or("--reference MANIFEST is required (make one with `sovctl attest reference`)")?;
-    let bytes =
-        std::fs::read(reference_path).map_err(|e| format!("{}: {e}", reference_path.display()))?;
+    let bytes = std::fs::read(reference_path)
+        .map_err(|e| format!("{}: {e}", reference_path.display(), e = report(&e)))?;
     let manifest = SignedImageManifest::from_bytes(bytes.strip_suffix(b"\n").unwrap_or(&bytes))
-        .map_err(|e| format!("{}: {e}", reference_path.display()))?;
+        .map_err(|e| format!("{}: {e}", reference_path.display(), e = report(&e)))?;
     let release_keys = match &t.release_key {
         Some(p) => vec![read_verifying_key(p)?],
         None => vec![attest::identity::verifying_key(&manifest.release_key)
-            .map_err(|e| format!("{}: {e}", reference_path.display()))?],
+            .map_err(|e| format!("{}: {e}", reference_path.display(), e = report(&e)))?],
     };
     let rim_roots =
         match (&t.rim_root, t.rims.is_empty()) {
@@ -310,7 +314,7 @@ pub fn build_verifier(t: &TrustArgs, now: u64) -> Result<Verifier, String> {
         };
     let rims = read_rims(&t.rims, &rim_roots, now)?;
     let reference = ReferenceValues::from_signed_manifest(&manifest, &release_keys, rims)
-        .map_err(|e| format!("{}: {e}", reference_path.display()))?;
+        .map_err(|e| format!("{}: {e}", reference_path.display(), e = report(&e)))?;
     let authority = t
         .enrollment_authority
         .as_ref()
@@ -322,7 +326,8 @@ pub fn build_verifier(t: &TrustArgs, now: u64) -> Result<Verifier, String> {
     let signing_key = match &t.verifier_key {
         Some(p) => read_signing_key(p)?,
         None => {
-            let seed: Zeroizing<[u8; 32]> = keyfile::random_seed().map_err(|e| e.to_string())?;
+            let seed: Zeroizing<[u8; 32]> =
+                keyfile::random_seed().map_err(|e| report(&e).to_string())?;
             ed25519_dalek::SigningKey::from_bytes(&seed)
         }
     };
@@ -337,7 +342,7 @@ pub fn build_verifier(t: &TrustArgs, now: u64) -> Result<Verifier, String> {
         max_clock_skew: 30,
         signing_key,
     })
-    .map_err(|e| e.to_string())
+    .map_err(|e| report(&e).to_string())
 }
 
 /// Appraises `evidence` answering `nonce` at `now` with `verifier` (built from `t`),
@@ -352,13 +357,13 @@ fn appraise(
     let mut registry = NonceRegistry::new(t.max_age.max(1));
     registry
         .issue(nonce, now)
-        .map_err(|e| usage(format!("nonce: {e}")))?;
+        .map_err(|e| usage(format!("nonce: {e}", e = report(&e))))?;
     let nonce_hex = hex::encode(nonce);
     if let Some(log) = &t.nonce_log {
         let seen = match std::fs::read_to_string(log) {
             Ok(t) => t.lines().any(|l| l.trim() == nonce_hex),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
-            Err(e) => return Err(usage(format!("{}: {e}", log.display()))),
+            Err(e) => return Err(usage(format!("{}: {e}", log.display(), e = report(&e)))),
         };
         if seen {
             // Already answered once: consuming it here makes the appraisal report the reuse.
@@ -369,18 +374,19 @@ fn appraise(
                 .create(true)
                 .append(true)
                 .open(log)
-                .map_err(|e| usage(format!("{}: {e}", log.display())))?;
+                .map_err(|e| usage(format!("{}: {e}", log.display(), e = report(&e))))?;
             writeln!(f, "{nonce_hex}")
                 .and_then(|()| f.sync_all())
-                .map_err(|e| usage(format!("{}: {e}", log.display())))?;
+                .map_err(|e| usage(format!("{}: {e}", log.display(), e = report(&e))))?;
         }
     }
     let result = verifier
         .appraise(evidence, &nonce, now, &mut registry)
-        .map_err(usage)?;
+        .map_err(|e| usage(report(&e)))?;
     if let Some(out) = &t.result_out {
-        let bytes = result.to_bytes().map_err(usage)?;
-        std::fs::write(out, bytes).map_err(|e| usage(format!("{}: {e}", out.display())))?;
+        let bytes = result.to_bytes().map_err(|e| usage(report(&e)))?;
+        std::fs::write(out, bytes)
+            .map_err(|e| usage(format!("{}: {e}", out.display(), e = report(&e))))?;
     }
     Ok(result)
 }
@@ -421,8 +427,8 @@ fn print_result(
     notes: &[String],
     json_out: bool,
 ) -> CmdResult {
-    let signed: Value = serde_json::from_slice(&result.to_bytes().map_err(usage)?)
-        .map_err(|e| usage(e.to_string()))?;
+    let signed: Value = serde_json::from_slice(&result.to_bytes().map_err(|e| usage(report(&e)))?)
+        .map_err(|e| usage(report(&e).to_string()))?;
     let r = &result.result;
     let v = json!({
         "status": signed["result"]["status"],
@@ -489,7 +495,8 @@ async fn fetch_and_appraise(client: Client, f: FetchArgs, json_out: bool) -> Cmd
     let evidence = answer.evidence.into_bytes();
     let notes = answer.measurement_notes;
     if let Some(out) = &f.out {
-        std::fs::write(out, &evidence).map_err(|e| usage(format!("{}: {e}", out.display())))?;
+        std::fs::write(out, &evidence)
+            .map_err(|e| usage(format!("{}: {e}", out.display(), e = report(&e))))?;
     }
     let result = appraise(&verifier, &f.trust, &evidence, nonce, unix_now())?;
     print_result(&result, &evidence, &notes, json_out)
@@ -498,7 +505,7 @@ async fn fetch_and_appraise(client: Client, f: FetchArgs, json_out: bool) -> Cmd
 fn verify_offline(args: VerifyArgs, json_out: bool) -> CmdResult {
     let nonce = parse_nonce(&args.nonce)?;
     let bytes = std::fs::read(&args.evidence)
-        .map_err(|e| usage(format!("{}: {e}", args.evidence.display())))?;
+        .map_err(|e| usage(format!("{}: {e}", args.evidence.display(), e = report(&e))))?;
     let evidence = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
     let now = args.at.unwrap_or_else(unix_now);
     let verifier = build_verifier(&args.trust, now).map_err(usage)?;
@@ -507,7 +514,8 @@ fn verify_offline(args: VerifyArgs, json_out: bool) -> CmdResult {
 }
 
 async fn submit(client: Client, path: &Path, json_out: bool) -> CmdResult {
-    let bytes = std::fs::read(path).map_err(|e| usage(format!("{}: {e}", path.display())))?;
+    let bytes = std::fs::read(path)
+        .map_err(|e| usage(format!("{}: {e}", path.display(), e = report(&e))))?;
     let rec = client.submit_attestation_result(bytes).await?;
     if json_out {
         super::print_json(&rec)?;
@@ -550,9 +558,10 @@ fn reference(args: ReferenceArgs) -> CmdResult {
         components: Default::default(),
     }
     .sign(&key)
-    .map_err(usage)?;
-    let bytes = manifest.to_bytes().map_err(usage)?;
-    std::fs::write(&args.out, bytes).map_err(|e| usage(format!("{}: {e}", args.out.display())))?;
+    .map_err(|e| usage(report(&e)))?;
+    let bytes = manifest.to_bytes().map_err(|e| usage(report(&e)))?;
+    std::fs::write(&args.out, bytes)
+        .map_err(|e| usage(format!("{}: {e}", args.out.display(), e = report(&e))))?;
     println!(
         "wrote {} ({} measurements, release key {})",
         args.out.display(),
@@ -565,7 +574,7 @@ fn reference(args: ReferenceArgs) -> CmdResult {
 /// A value given inline or as the path of a file holding it.
 fn hex_or_file(arg: &str) -> Result<String, Fail> {
     if Path::new(arg).is_file() {
-        std::fs::read_to_string(arg).map_err(|e| usage(format!("{arg}: {e}")))
+        std::fs::read_to_string(arg).map_err(|e| usage(format!("{arg}: {e}", e = report(&e))))
     } else {
         Ok(arg.to_string())
     }
@@ -577,8 +586,12 @@ fn read_tpm_ak(arg: &str) -> Result<Vec<u8>, Fail> {
     let bytes = hex::decode(hex_or_file(arg)?.trim()).map_err(|_| {
         usage("--tpm-ak: not hex (or a file holding hex), as `hostd tpm-ak` prints")
     })?;
-    attest::tpm::AkPublic::parse(&bytes)
-        .map_err(|e| usage(format!("--tpm-ak: not an acceptable attestation key: {e}")))?;
+    attest::tpm::AkPublic::parse(&bytes).map_err(|e| {
+        usage(format!(
+            "--tpm-ak: not an acceptable attestation key: {e}",
+            e = report(&e)
+        ))
+    })?;
     Ok(bytes)
 }
 
@@ -602,9 +615,9 @@ fn enroll(args: EnrollArgs) -> CmdResult {
             not_after: now + days * 86_400,
             authority_public_key: [0; 32],
         })
-        .map_err(usage)?;
-    std::fs::write(&args.out, cert.to_bytes().map_err(usage)?)
-        .map_err(|e| usage(format!("{}: {e}", args.out.display())))?;
+        .map_err(|e| usage(report(&e)))?;
+    std::fs::write(&args.out, cert.to_bytes().map_err(|e| usage(report(&e)))?)
+        .map_err(|e| usage(format!("{}: {e}", args.out.display(), e = report(&e))))?;
     println!("wrote {} (valid {days} days)", args.out.display());
     Ok(Exit::Ok)
 }

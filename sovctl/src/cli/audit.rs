@@ -1,6 +1,7 @@
 //! `sovctl audit verify` (offline, no network): the auditor's tool.
 
 use super::{finish, print_json, CmdResult, Exit, Fail};
+use ::attest::report::report;
 use auditor::source::DirSource;
 use auditor::summary::format_summary;
 use auditor::verify::{verify_export, FileRole, Supplied, VerifyError, VerifyOptions};
@@ -44,7 +45,7 @@ fn supplied(path: &Option<PathBuf>, role: FileRole) -> Result<Option<Supplied>, 
     path.as_deref()
         .map(|p| Supplied::read(p, role))
         .transpose()
-        .map_err(Fail::usage)
+        .map_err(|e| Fail::usage(report(&e)))
 }
 
 fn progress_bar(quiet: bool) -> ProgressBar {
@@ -61,7 +62,7 @@ fn progress_bar(quiet: bool) -> ProgressBar {
 }
 
 fn verify(args: VerifyArgs, json_out: bool) -> CmdResult {
-    let source = DirSource::open(&args.dir).map_err(Fail::usage)?;
+    let source = DirSource::open(&args.dir).map_err(|e| Fail::usage(report(&e)))?;
     let opts = VerifyOptions {
         vkey: supplied(&args.vkey, FileRole::VerifierKey)?,
         previous: supplied(&args.previous, FileRole::PreviousCheckpoint)?,

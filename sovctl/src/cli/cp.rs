@@ -19,6 +19,7 @@
 
 use super::{print_json, CmdResult, Exit, Fail};
 use crate::client::Client;
+use attest::report::report;
 use clap::Args;
 use hostd_api::file::FileWritten;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -111,8 +112,13 @@ async fn upload(
     json_out: bool,
 ) -> CmdResult {
     let (lease, path) = to;
-    let meta = std::fs::metadata(src)
-        .map_err(|e| Fail::usage(format!("cannot read {}: {e}", src.display())))?;
+    let meta = std::fs::metadata(src).map_err(|e| {
+        Fail::usage(format!(
+            "cannot read {}: {e}",
+            src.display(),
+            e = report(&e)
+        ))
+    })?;
     let target = remote_target(path, src)?;
     let files = match (meta.is_dir(), recursive) {
         (false, _) => vec![(src.to_owned(), target, meta.len())],
@@ -154,13 +160,23 @@ async fn upload_one(
     remote: &str,
     bar: &ProgressBar,
 ) -> Result<FileWritten, Fail> {
-    let file = tokio::fs::File::open(src)
-        .await
-        .map_err(|e| Fail::usage(format!("cannot open {}: {e}", src.display())))?;
+    let file = tokio::fs::File::open(src).await.map_err(|e| {
+        Fail::usage(format!(
+            "cannot open {}: {e}",
+            src.display(),
+            e = report(&e)
+        ))
+    })?;
     let len = file
         .metadata()
         .await
-        .map_err(|e| Fail::usage(format!("cannot read {}: {e}", src.display())))?
+        .map_err(|e| {
+            Fail::usage(format!(
+                "cannot read {}: {e}",
+                src.display(),
+                e = report(&e)
+            ))
+        })?
         .len();
     let (b, base) = (bar.clone(), bar.position());
     Ok(
@@ -175,7 +191,13 @@ fn walk(dir: &Path, target: &str) -> Result<Vec<(PathBuf, String, u64)>, Fail> {
     let mut out = Vec::new();
     let mut todo = vec![(dir.to_owned(), target.trim_end_matches('/').to_owned())];
     while let Some((local, remote)) = todo.pop() {
-        let read = |e| Fail::usage(format!("cannot read {}: {e}", local.display()));
+        let read = |e| {
+            Fail::usage(format!(
+                "cannot read {}: {e}",
+                local.display(),
+                e = report(&e)
+            ))
+        };
         for entry in std::fs::read_dir(&local).map_err(read)? {
             let entry = entry.map_err(read)?;
             let path = entry.path();
@@ -211,9 +233,13 @@ async fn download(c: &Client, lease: &str, path: &str, dst: &Path, bar: Progress
         dst.to_owned()
     };
     let part = part_name(&dst);
-    let file = tokio::fs::File::create(&part)
-        .await
-        .map_err(|e| Fail::usage(format!("cannot create {}: {e}", part.display())))?;
+    let file = tokio::fs::File::create(&part).await.map_err(|e| {
+        Fail::usage(format!(
+            "cannot create {}: {e}",
+            part.display(),
+            e = report(&e)
+        ))
+    })?;
     let mut out = Counting {
         inner: file,
         bar: bar.clone(),
@@ -228,8 +254,13 @@ async fn download(c: &Client, lease: &str, path: &str, dst: &Path, bar: Progress
             return Err(e.into());
         }
     };
-    std::fs::rename(&part, &dst)
-        .map_err(|e| Fail::usage(format!("cannot write {}: {e}", dst.display())))?;
+    std::fs::rename(&part, &dst).map_err(|e| {
+        Fail::usage(format!(
+            "cannot write {}: {e}",
+            dst.display(),
+            e = report(&e)
+        ))
+    })?;
     println!("{} ({got} bytes)", dst.display());
     Ok(Exit::Ok)
 }

@@ -21,6 +21,7 @@ pub mod node;
 pub mod policy;
 
 use crate::client::{Client, ClientError};
+use ::attest::report::report;
 use hostd_api::profile::Profile;
 use std::path::Path;
 use std::process::ExitCode;
@@ -81,8 +82,8 @@ impl From<ClientError> for Fail {
     /// A refusal by the node is exit 1; failing to reach it or to understand it is exit 2.
     fn from(e: ClientError) -> Fail {
         match e {
-            ClientError::Api { .. } => Fail::bad(e),
-            other => Fail::usage(other),
+            ClientError::Api { .. } => Fail::bad(report(&e)),
+            other => Fail::usage(report(&other)),
         }
     }
 }
@@ -108,8 +109,8 @@ pub fn connect(profile: Option<&Path>) -> Result<Client, Fail> {
             "no profile: pass --profile DIR (e.g. dev-state/operator) or set SOVCTL_PROFILE",
         )
     })?;
-    let p = Profile::load(dir).map_err(Fail::usage)?;
-    Client::new(&p).map_err(Fail::usage)
+    let p = Profile::load(dir).map_err(|e| Fail::usage(report(&e)))?;
+    Client::new(&p).map_err(|e| Fail::usage(report(&e)))
 }
 
 /// Runs an online command on a single-threaded runtime.
@@ -117,13 +118,13 @@ pub fn block_on<F: std::future::Future<Output = CmdResult>>(f: F) -> CmdResult {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| Fail::usage(format!("cannot start runtime: {e}")))?;
+        .map_err(|e| Fail::usage(format!("cannot start runtime: {e}", e = report(&e))))?;
     rt.block_on(f)
 }
 
 /// Pretty JSON for `--json`.
 pub fn print_json(v: &impl serde::Serialize) -> Result<(), Fail> {
-    let text = serde_json::to_string_pretty(v).map_err(Fail::usage)?;
+    let text = serde_json::to_string_pretty(v).map_err(|e| Fail::usage(report(&e)))?;
     println!("{text}");
     Ok(())
 }

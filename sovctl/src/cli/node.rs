@@ -3,6 +3,7 @@
 
 use super::{block_on, connect, print_json, CmdResult, Exit, Fail};
 use crate::client::Client;
+use attest::report::report;
 use auditor::billing::Invoice;
 use auditor::export::write_export;
 use auditor::money::format_inr;
@@ -218,7 +219,7 @@ fn print_lease(l: &Lease) {
             .as_deref()
             .map(|e| format!("  ended={e}"))
             .unwrap_or_default(),
-        format_inr(l.rate_paise_per_hour),
+        format_inr(l.rate_paise_per_hour)
     );
     for g in gpus {
         println!("    {g}");
@@ -305,7 +306,7 @@ pub async fn usage(c: Client, cmd: UsageCmd, j: bool) -> CmdResult {
                 let page = c.usage(&q).await?;
                 for r in &page.records {
                     if j {
-                        let text = serde_json::to_string(r).map_err(Fail::usage)?;
+                        let text = serde_json::to_string(r).map_err(|e| Fail::usage(report(&e)))?;
                         print!("{}\n{text}", if first { "" } else { "," });
                     } else {
                         print_usage(r);
@@ -365,7 +366,8 @@ fn print_usage(r: &auditor::record::UsageRecord) {
 }
 
 fn write_file(path: &Path, data: &[u8]) -> Result<(), Fail> {
-    std::fs::write(path, data).map_err(|e| Fail::usage(format!("{}: {e}", path.display())))
+    std::fs::write(path, data)
+        .map_err(|e| Fail::usage(format!("{}: {e}", path.display(), e = report(&e))))
 }
 
 /// `sovctl bill`.
@@ -430,7 +432,8 @@ pub async fn audit_export(c: Client, out: PathBuf, receipts: Vec<u64>) -> CmdRes
         .split(|b| *b == b'\n')
         .filter(|l| !l.is_empty())
         .map(|l| l.to_vec());
-    let summary = write_export(&out, &checkpoint, vkey.trim(), lines, &got).map_err(Fail::bad)?;
+    let summary = write_export(&out, &checkpoint, vkey.trim(), lines, &got)
+        .map_err(|e| Fail::bad(report(&e)))?;
     println!(
         "exported {} records (checkpoint size {}) and {} receipts to {}",
         summary.records,

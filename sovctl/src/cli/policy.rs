@@ -4,6 +4,7 @@
 //! Exit codes: 0 valid / allowed, 1 invalid / denied / refused, 2 usage error (missing or
 //! unreadable file, malformed request or key file, refusing to overwrite a key).
 
+use attest::report::report;
 use policy::bundle::{Bundle, BundleError, SignerKey, VerifierKey};
 use policy::{compile_egress, decide, Policy, Request};
 use std::fmt::Write as _;
@@ -145,7 +146,8 @@ fn read(path: &Path, what: &str) -> Result<Vec<u8>, Outcome> {
     std::fs::read(path).map_err(|e| {
         Outcome::usage(format!(
             "error: cannot read {what} {}: {e}\n",
-            path.display()
+            path.display(),
+            e = report(&e)
         ))
     })
 }
@@ -278,7 +280,11 @@ fn check(file: &Path, signature: Option<&Path>, authority: Option<&Path>) -> Out
             Err(e) => {
                 return Outcome::fail(
                     out,
-                    format!("error: {}: signature refused: {e}\n", sig_path.display()),
+                    format!(
+                        "error: {}: signature refused: {e}\n",
+                        sig_path.display(),
+                        e = report(&e)
+                    ),
                 )
             }
         }
@@ -292,7 +298,7 @@ fn read_vkey(path: &Path) -> Result<VerifierKey, Outcome> {
     let bytes = read(path, "authority key file")?;
     let text = String::from_utf8_lossy(&bytes);
     VerifierKey::parse(text.trim())
-        .map_err(|e| Outcome::usage(format!("error: {}: {e}\n", path.display())))
+        .map_err(|e| Outcome::usage(format!("error: {}: {e}\n", path.display(), e = report(&e))))
 }
 
 fn sig_path(file: &Path) -> PathBuf {
@@ -321,7 +327,13 @@ fn sign(file: &Path, key_path: &Path, out: Option<&Path>) -> Outcome {
     };
     let key = match SignerKey::parse(key_text.trim()) {
         Ok(k) => k,
-        Err(e) => return Outcome::usage(format!("error: {}: {e}\n", key_path.display())),
+        Err(e) => {
+            return Outcome::usage(format!(
+                "error: {}: {e}\n",
+                key_path.display(),
+                e = report(&e)
+            ))
+        }
     };
     let note = match policy::sign_bundle(&bytes, &key) {
         Ok(n) => n,
@@ -331,11 +343,15 @@ fn sign(file: &Path, key_path: &Path, out: Option<&Path>) -> Outcome {
                 format!("error: {} is invalid\n", file.display()),
             )
         }
-        Err(e) => return Outcome::fail(String::new(), format!("error: {e}\n")),
+        Err(e) => return Outcome::fail(String::new(), format!("error: {e}\n", e = report(&e))),
     };
     let dest = out.map(Path::to_path_buf).unwrap_or_else(|| sig_path(file));
     if let Err(e) = write_replace(&dest, note.as_bytes()) {
-        return Outcome::usage(format!("error: cannot write {}: {e}\n", dest.display()));
+        return Outcome::usage(format!(
+            "error: cannot write {}: {e}\n",
+            dest.display(),
+            e = report(&e)
+        ));
     }
     Outcome::ok(format!(
         "signed {} version {} ({}) by {}\nwrote {}\n",
@@ -364,7 +380,7 @@ fn write_replace(dest: &Path, data: &[u8]) -> std::io::Result<()> {
 fn check_private_mode(path: &Path) -> Result<(), Outcome> {
     keyfile::read_private(path)
         .map(drop)
-        .map_err(|e| Outcome::usage(format!("error: {e}\n")))
+        .map_err(|e| Outcome::usage(format!("error: {e}\n", e = report(&e))))
 }
 
 fn explain(file: &Path, request: &Path, json: bool) -> Outcome {
@@ -381,7 +397,8 @@ fn explain(file: &Path, request: &Path, json: bool) -> Outcome {
         Err(e) => {
             return Outcome::usage(format!(
                 "error: {}: not a request: {e}\n",
-                request.display()
+                request.display(),
+                e = report(&e)
             ))
         }
     };
@@ -389,7 +406,7 @@ fn explain(file: &Path, request: &Path, json: bool) -> Outcome {
     let out = if json {
         match serde_json::to_string_pretty(&d) {
             Ok(s) => s + "\n",
-            Err(e) => return Outcome::fail(String::new(), format!("error: {e}\n")),
+            Err(e) => return Outcome::fail(String::new(), format!("error: {e}\n", e = report(&e))),
         }
     } else {
         let mut s = String::new();
@@ -432,7 +449,7 @@ fn egress(file: &Path, tenant: &str, classification: &str, json: bool) -> Outcom
     if json {
         match serde_json::to_string_pretty(&l) {
             Ok(j) => s = j + "\n",
-            Err(e) => return Outcome::fail(String::new(), format!("error: {e}\n")),
+            Err(e) => return Outcome::fail(String::new(), format!("error: {e}\n", e = report(&e))),
         }
     } else {
         let rules = if l.rules.is_empty() {
@@ -461,7 +478,7 @@ fn keygen(name: &str, out: &Path) -> Outcome {
     OsRng.fill_bytes(seed.as_mut());
     let key = match SignerKey::from_seed(name, &seed) {
         Ok(k) => k,
-        Err(e) => return Outcome::usage(format!("error: {e}\n")),
+        Err(e) => return Outcome::usage(format!("error: {e}\n", e = report(&e))),
     };
     // The one key-file convention (keyfile): the private key at OUT, its public half at
     // OUT.pub (here a note verifier key line), neither ever overwritten.
@@ -477,13 +494,18 @@ fn keygen(name: &str, out: &Path) -> Outcome {
     }
     let encoded = key.encode();
     if let Err(e) = keyfile::write_new_private(&key_path, encoded.as_bytes()) {
-        return Outcome::usage(format!("error: cannot write {}: {e}\n", key_path.display()));
+        return Outcome::usage(format!(
+            "error: cannot write {}: {e}\n",
+            key_path.display(),
+            e = report(&e)
+        ));
     }
     let vkey = key.verifier().encode();
     if let Err(e) = keyfile::write_new_public(&vkey_path, format!("{vkey}\n").as_bytes()) {
         return Outcome::usage(format!(
             "error: cannot write {}: {e}\n",
-            vkey_path.display()
+            vkey_path.display(),
+            e = report(&e)
         ));
     }
     Outcome::ok(format!(

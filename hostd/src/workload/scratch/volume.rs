@@ -19,7 +19,7 @@ use std::process::Command;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum VolumeError {
-    #[error("{tool} is not available (Debian package {package}): {source}")]
+    #[error("{tool} is not available (Debian package {package})")]
     MissingTool {
         tool: &'static str,
         package: &'static str,
@@ -34,7 +34,7 @@ pub enum VolumeError {
         args: String,
         stderr: String,
     },
-    #[error("cannot {what} {path}: {source}")]
+    #[error("cannot {what} {path}")]
     Io {
         what: &'static str,
         path: PathBuf,
@@ -180,6 +180,7 @@ fn make_image(image: &Path, size_bytes: u64) -> Result<(), VolumeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use attest::report::report;
 
     #[test]
     fn mountinfo_escapes_are_undone() {
@@ -205,6 +206,10 @@ mod tests {
                 ..
             }
         ));
-        assert!(err.to_string().contains("no-such-tool-here"), "{err}");
+        assert!(
+            report(&err).to_string().contains("no-such-tool-here"),
+            "{err}",
+            err = report(&err)
+        );
     }
 }
