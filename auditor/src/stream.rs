@@ -259,7 +259,6 @@ fn read_chunk(
 mod tests {
     use super::*;
     use crate::testutil::usage;
-    use attest::report::report;
 
     fn records_text(n: u64) -> Vec<u8> {
         let mut out = Vec::new();
@@ -344,7 +343,7 @@ mod tests {
         let e = stream_records(&text[..], &[1], &[], |_| {}).unwrap_err();
         assert!(matches!(e, StreamError::LineTooLong { .. }), "{e:?}");
         assert_eq!(
-            report(&e).to_string(),
+            e.to_string(),
             format!("records.jsonl has a line longer than {MAX_RECORD_LEN} bytes: not an export")
         );
     }

@@ -159,7 +159,6 @@ pub fn write_new_private(path: &Path, contents: &[u8]) -> Result<(), KeyError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use attest::report::report;
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     #[test]
@@ -192,14 +191,9 @@ mod tests {
             let err = load_or_create_log_key(&path, "n/usage").unwrap_err();
             assert!(
                 matches!(err, KeyError::Permissions { mode: m, .. } if m == mode),
-                "{err}",
-                err = report(&err)
+                "{err}"
             );
-            assert!(
-                report(&err).to_string().contains("chmod 600"),
-                "{err}",
-                err = report(&err)
-            );
+            assert!(err.to_string().contains("chmod 600"), "{err}");
         }
         fs::set_permissions(&path, fs::Permissions::from_mode(0o400)).unwrap();
         load_or_create_log_key(&path, "n/usage").unwrap();
@@ -211,11 +205,7 @@ mod tests {
         let path = dir.path().join("log.key");
         load_or_create_log_key(&path, "a/usage").unwrap();
         let err = load_or_create_log_key(&path, "b/usage").unwrap_err();
-        assert!(
-            matches!(err, KeyError::NameMismatch { .. }),
-            "{err}",
-            err = report(&err)
-        );
+        assert!(matches!(err, KeyError::NameMismatch { .. }), "{err}");
     }
 
     #[test]
@@ -224,26 +214,14 @@ mod tests {
         let path = dir.path().join("log.key");
         write_new_private(&path, b"PRIVATE+KEY+n/usage+00000000+AAAA").unwrap();
         let err = load_or_create_log_key(&path, "n/usage").unwrap_err();
-        assert!(
-            matches!(err, KeyError::Malformed { .. }),
-            "{err}",
-            err = report(&err)
-        );
+        assert!(matches!(err, KeyError::Malformed { .. }), "{err}");
         // The error never echoes key material.
-        assert!(
-            !report(&err).to_string().contains("AAAA"),
-            "{err}",
-            err = report(&err)
-        );
+        assert!(!err.to_string().contains("AAAA"), "{err}");
 
         let sub = dir.path().join("sub");
         fs::DirBuilder::new().mode(0o700).create(&sub).unwrap();
         let err = load_or_create_log_key(&sub, "n/usage").unwrap_err();
-        assert!(
-            matches!(err, KeyError::NotAFile { .. }),
-            "{err}",
-            err = report(&err)
-        );
+        assert!(matches!(err, KeyError::NotAFile { .. }), "{err}");
     }
 
     #[test]

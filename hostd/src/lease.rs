@@ -85,7 +85,6 @@ pub fn allocate(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use attest::report::report;
 
     fn fleet() -> Vec<Candidate> {
         (0..4)
@@ -148,7 +147,7 @@ mod tests {
         assert_eq!(allocate(&f, &[], "H100", 0), Err(AllocError::BadCount(0)));
         let e = allocate(&f, &[], "A100", 1).unwrap_err();
         assert_eq!(
-            report(&e).to_string(),
+            e.to_string(),
             "no GPU of model A100 on this node (models here: H100, L4)"
         );
     }

@@ -1046,11 +1046,7 @@ mod tests {
 
         let other = NoteSigner::from_seed("node-1/usage", &[8; 32]).unwrap();
         let err = Ledger::open(&db, other).unwrap_err();
-        assert!(
-            matches!(err, LedgerError::KeyChanged { .. }),
-            "{err}",
-            err = report(&err)
-        );
+        assert!(matches!(err, LedgerError::KeyChanged { .. }), "{err}");
 
         // Truncation: the size goes back but the checkpoint still covers 9.
         tree.insert(SIZE_KEY, &8u64.to_be_bytes()[..]).unwrap();
@@ -1063,8 +1059,7 @@ mod tests {
                     size: 8
                 }
             ),
-            "{err}",
-            err = report(&err)
+            "{err}"
         );
         tree.insert(SIZE_KEY, &9u64.to_be_bytes()[..]).unwrap();
 
@@ -1076,8 +1071,7 @@ mod tests {
         let err = Ledger::open(&db, signer()).unwrap_err();
         assert!(
             matches!(err, LedgerError::RootMismatch { size: 9, .. }),
-            "{err}",
-            err = report(&err)
+            "{err}"
         );
         tree.insert(leaf_key(8), saved).unwrap();
 
@@ -1099,8 +1093,7 @@ mod tests {
         let err = Ledger::open(&db, signer()).unwrap_err();
         assert!(
             matches!(err, LedgerError::BadStoredCheckpoint { .. }),
-            "{err}",
-            err = report(&err)
+            "{err}"
         );
         tree.insert(CHECKPOINT_KEY, good).unwrap();
 
@@ -1127,15 +1120,11 @@ mod tests {
                     ..
                 }
             ),
-            "{err}",
-            err = report(&err)
+            "{err}"
         );
         let err = Ledger::open(&db, signer()).unwrap_err();
-        assert!(
-            report(&err).to_string().contains("corrupt"),
-            "{err}",
-            err = report(&err)
-        );
+        let shown = attest::report::report(&err).to_string();
+        assert!(shown.contains("corrupt"), "{shown}");
         tree.insert(SIZE_KEY, &4u64.to_be_bytes()[..]).unwrap();
 
         // Leaf 3's entry holds the hashes of levels 0, 1 and 2 (the first four leaves).
@@ -1144,11 +1133,7 @@ mod tests {
         assert_eq!(saved[0], 3);
         tree.insert(leaf_key(3), &saved[..70]).unwrap();
         let err = store.node(id).unwrap_err();
-        assert!(
-            report(&err).to_string().contains("entry of leaf 3"),
-            "{err}",
-            err = report(&err)
-        );
+        assert!(err.to_string().contains("entry of leaf 3"), "{err}");
         assert!(store.leaf(3).is_err());
         assert!(Ledger::open(&db, signer()).is_err());
         tree.insert(leaf_key(3), &[][..]).unwrap();
@@ -1160,11 +1145,8 @@ mod tests {
         tree.insert(leaf_key(3), fewer).unwrap();
         assert_eq!(store.node(id).unwrap(), None);
         let err = Ledger::open(&db, signer()).unwrap_err();
-        assert!(
-            report(&err).to_string().contains("missing"),
-            "{err}",
-            err = report(&err)
-        );
+        let shown = attest::report::report(&err).to_string();
+        assert!(shown.contains("missing"), "{shown}");
         tree.insert(leaf_key(3), saved).unwrap();
         Ledger::open(&db, signer()).unwrap();
     }
@@ -1213,8 +1195,7 @@ mod tests {
         let err = s.records().last().unwrap().unwrap_err();
         assert!(
             matches!(err, LedgerError::MissingRecord { index: 5, .. }),
-            "{err}",
-            err = report(&err)
+            "{err}"
         );
         let problems = s.check();
         assert!(

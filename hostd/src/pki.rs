@@ -850,11 +850,7 @@ mod tests {
             fs::set_permissions(&key, fs::Permissions::from_mode(m)).unwrap();
             let err = tls::server_config(&pki.ca_cert_path(), &pki.server_cert_path(), &key)
                 .expect_err("refused");
-            assert!(
-                report(&err).to_string().contains("chmod 600"),
-                "{err}",
-                err = report(&err)
-            );
+            assert!(err.to_string().contains("chmod 600"), "{err}");
         }
     }
 
@@ -969,11 +965,7 @@ mod tests {
             DEFAULT_SERVER_URL,
         )
         .unwrap_err();
-        assert!(
-            matches!(err, PkiError::IdentityMismatch { .. }),
-            "{err}",
-            err = report(&err)
-        );
+        assert!(matches!(err, PkiError::IdentityMismatch { .. }), "{err}");
     }
 
     #[test]

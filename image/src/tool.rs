@@ -41,18 +41,13 @@ mod tests {
     #[test]
     fn failures_name_the_command_and_carry_its_error_output() {
         let err = run(Command::new("sh").args(["-c", "echo oops >&2; exit 3"])).unwrap_err();
-        assert!(err.tool.contains("\"sh\""), "{err}", err = report(&err));
+        assert!(err.tool.contains("\"sh\""), "{err}");
         assert!(
             err.detail.contains("oops") && err.detail.contains('3'),
-            "{err}",
-            err = report(&err)
+            "{err}"
         );
         let err = run(&mut Command::new("/nonexistent/tool")).unwrap_err();
-        assert!(
-            err.tool.contains("/nonexistent/tool"),
-            "{err}",
-            err = report(&err)
-        );
+        assert!(err.tool.contains("/nonexistent/tool"), "{err}");
         assert_eq!(run(Command::new("echo").arg("hi")).unwrap(), "hi\n");
     }
 }

@@ -526,11 +526,7 @@ mod tests {
         fn drop(&mut self) {
             if let Some(vol) = self.vol.take() {
                 if let Err(e) = vol.unmount() {
-                    eprintln!(
-                        "cleanup of {}: {e}",
-                        self.dir.path().display(),
-                        e = report(&e)
-                    );
+                    eprintln!("cleanup of {}: {e}", self.dir.path().display());
                 }
             }
         }
@@ -639,12 +635,7 @@ mod tests {
         assert_eq!(names.len(), 1);
         assert_ne!(names[0], "secret.txt", "names read as ciphertext");
         let err = File::open(dir.join(&names[0])).unwrap_err();
-        assert_eq!(
-            err.raw_os_error(),
-            Some(libc::ENOKEY),
-            "{err}",
-            err = report(&err)
-        );
+        assert_eq!(err.raw_os_error(), Some(libc::ENOKEY), "{err}");
         // The erase that follows a lock (or an interrupted erase) still completes.
         assert_eq!(s.erase("locked").unwrap().bytes, 4096);
         assert!(!dir.exists());
@@ -684,8 +675,7 @@ mod tests {
                     ..
                 }
             ),
-            "{err}",
-            err = report(&err)
+            "{err}"
         );
         // A sparse file counts at its size, a tiny one at its block.
         File::create(dir.join("sparse"))
@@ -786,8 +776,7 @@ mod tests {
             let err = s.create(bad, 1).unwrap_err();
             assert!(
                 matches!(err, ScratchError::BadLease { .. }),
-                "{bad:?}: {err}",
-                err = report(&err)
+                "{bad:?}: {err}"
             );
             assert!(matches!(
                 s.erase_leftover(bad),
@@ -810,7 +799,7 @@ mod tests {
         let err = s.erase("nobody").unwrap_err();
         assert!(matches!(err, ScratchError::UnknownLease { ref lease } if lease == "nobody"));
         assert_eq!(
-            report(&err).to_string(),
+            err.to_string(),
             "lease nobody has no scratch made by this hostd"
         );
         assert!(matches!(
@@ -829,7 +818,7 @@ mod tests {
         match s.create("x", 1) {
             Err(ScratchError::Fscrypt { ref lease, .. }) => assert_eq!(lease, "x"),
             Ok(_) => return eprintln!("SKIPPED: the temporary directory supports fscrypt"),
-            Err(e) => panic!("unexpected: {e}", e = report(&e)),
+            Err(e) => panic!("unexpected: {e}"),
         }
         assert_eq!(fs::read_dir(&plain).unwrap().count(), 0);
     }
