@@ -30,6 +30,9 @@ use attest::evidence::{
 };
 use attest::identity::{EnrollmentCertificate, NodeKey};
 use attest::report::report;
+
+/// A cause of any kind, kept as the source of a typed error.
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 use attest::tpm::QuoteClaim;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -46,14 +49,30 @@ pub const NODE_PUB_FILE: &str = "node.pub";
 
 #[derive(Debug, thiserror::Error)]
 pub enum AttestationError {
-    #[error("node identity key {path}: {message}")]
-    NodeKey { path: PathBuf, message: String },
-    #[error("enrollment certificate {path}: {message}")]
-    Enrollment { path: PathBuf, message: String },
+    #[error("node identity key {path}")]
+    NodeKey {
+        path: PathBuf,
+        #[source]
+        source: BoxError,
+    },
+    #[error("enrollment certificate {path}")]
+    Enrollment {
+        path: PathBuf,
+        #[source]
+        source: BoxError,
+    },
+    #[error("enrollment certificate {path} was issued for node key {issued_for}, but this node's key is {node_key}")]
+    EnrolledOtherKey {
+        path: PathBuf,
+        issued_for: String,
+        node_key: String,
+    },
     #[error("this node has no enrollment certificate; configure [attestation] enrollment_certificate (issued for the key in {0})")]
     NotEnrolled(PathBuf),
-    #[error("building evidence: {0}")]
-    Evidence(String),
+    #[error("cannot start measuring the node")]
+    Measure(#[source] std::io::Error),
+    #[error("signing the evidence")]
+    Evidence(#[from] attest::evidence::EvidenceError),
     #[error("the TPM configured in [attestation] tpm")]
     Tpm(#[from] tpm::TpmError),
     #[error("the enrollment certificate binds TPM attestation key {enrolled}, but this node's TPM has {actual}: issue one with `sovctl attest enroll --tpm-ak` and the output of `hostd tpm-ak`")]
@@ -91,29 +110,28 @@ pub fn check_tpm_enrollment(
 /// random generator) on first use, and (re)writes `<state_dir>/node.pub`.
 pub fn load_or_create_node_key(state_dir: &Path) -> Result<NodeKey, AttestationError> {
     let path = state_dir.join(NODE_KEY_FILE);
-    let err = |message: String| AttestationError::NodeKey {
+    let err = |source: BoxError| AttestationError::NodeKey {
         path: path.clone(),
-        message,
+        source,
     };
     let key = match keyfile::read_ed25519_seed(&path) {
         Ok(seed) => NodeKey::from_seed(&seed),
         Err(keyfile::KeyFileError::Io { source, .. })
             if source.kind() == std::io::ErrorKind::NotFound =>
         {
-            let seed = keyfile::random_seed().map_err(|e| err(report(&e).to_string()))?;
+            let seed = keyfile::random_seed().map_err(|e| err(e.into()))?;
             let text = Zeroizing::new(hex::encode(seed.as_ref()));
-            keyfile::write_new_private(&path, text.as_bytes())
-                .map_err(|e| err(report(&e).to_string()))?;
+            keyfile::write_new_private(&path, text.as_bytes()).map_err(|e| err(e.into()))?;
             info!(path = %path.display(), "created the node identity key");
             NodeKey::from_seed(&seed)
         }
-        Err(e) => return Err(err(report(&e).to_string())),
+        Err(e) => return Err(err(e.into())),
     };
     let pub_path = state_dir.join(NODE_PUB_FILE);
     std::fs::write(&pub_path, format!("{}\n", hex::encode(key.public_key()))).map_err(|e| {
         AttestationError::NodeKey {
             path: pub_path.clone(),
-            message: report(&e).to_string(),
+            source: e.into(),
         }
     })?;
     Ok(key)
@@ -124,20 +142,19 @@ pub fn load_enrollment(
     path: &Path,
     key: &NodeKey,
 ) -> Result<EnrollmentCertificate, AttestationError> {
-    let err = |message: String| AttestationError::Enrollment {
+    let err = |source: BoxError| AttestationError::Enrollment {
         path: path.to_owned(),
-        message,
+        source,
     };
-    let bytes = std::fs::read(path).map_err(|e| err(report(&e).to_string()))?;
+    let bytes = std::fs::read(path).map_err(|e| err(e.into()))?;
     let trimmed = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
-    let cert =
-        EnrollmentCertificate::from_bytes(trimmed).map_err(|e| err(report(&e).to_string()))?;
+    let cert = EnrollmentCertificate::from_bytes(trimmed).map_err(|e| err(e.into()))?;
     if cert.claims.node_public_key != key.public_key() {
-        return Err(err(format!(
-            "issued for node key {}, but this node's key is {}",
-            hex::encode(cert.claims.node_public_key),
-            hex::encode(key.public_key())
-        )));
+        return Err(AttestationError::EnrolledOtherKey {
+            path: path.to_owned(),
+            issued_for: hex::encode(cert.claims.node_public_key),
+            node_key: hex::encode(key.public_key()),
+        });
     }
     Ok(cert)
 }
@@ -290,9 +307,7 @@ impl Attester {
                 }
                 m
             })
-            .map_err(|e| {
-                AttestationError::Evidence(format!("starting measurement: {e}", e = report(&e)))
-            })?;
+            .map_err(AttestationError::Measure)?;
         Ok(Attester {
             key,
             key_path: cfg.state.dir.join(NODE_KEY_FILE),
@@ -482,22 +497,9 @@ impl Attester {
             submods,
             tpm,
         };
-        let evidence = Evidence::sign(claims, &self.key)
-            .and_then(|e| e.to_bytes())
-            .map_err(|e| AttestationError::Evidence(report(&e).to_string()))?;
+        let evidence = Evidence::sign(claims, &self.key).and_then(|e| e.to_bytes())?;
         Ok(Collected { evidence, notes })
     }
-}
-
-/// Creates an Ed25519 key file and its `.pub` (the `keyfile` convention). Refuses to
-/// overwrite an existing key.
-pub fn create_signing_key(path: &Path) -> Result<ed25519_dalek::SigningKey, String> {
-    keyfile::create_ed25519(path).map_err(|e| report(&e).to_string())
-}
-
-/// Reads a private key written by [`create_signing_key`], with the key-file rules.
-pub fn read_signing_key(path: &Path) -> Result<ed25519_dalek::SigningKey, String> {
-    keyfile::read_ed25519(path).map_err(|e| report(&e).to_string())
 }
 
 /// SHA-256 of a file's bytes, as measured into evidence and reference manifests.
@@ -542,7 +544,8 @@ mod tests {
         for m in [0o666, 0o644, 0o640] {
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(m)).unwrap();
             let err = load_or_create_node_key(dir.path()).expect_err("refused");
-            assert!(err.to_string().contains("chmod 600"), "{err}");
+            let shown = report(&err).to_string();
+            assert!(shown.contains("chmod 600"), "{shown}");
         }
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
         load_or_create_node_key(dir.path()).unwrap();

@@ -215,9 +215,9 @@ publish_address = "127.0.0.1"
 fn dev_key(dir: &Path, name: &str) -> Result<String> {
     let path = dir.join(name);
     let key = if path.exists() {
-        crate::attestation::read_signing_key(&path).map_err(anyhow::Error::msg)?
+        keyfile::read_ed25519(&path)?
     } else {
-        crate::attestation::create_signing_key(&path).map_err(anyhow::Error::msg)?
+        keyfile::create_ed25519(&path)?
     };
     Ok(hex::encode(key.verifying_key().to_bytes()))
 }
@@ -236,8 +236,7 @@ fn prepare_attestation(dir: &Path, cfg: &Config) -> Result<()> {
     crate::daemon::ensure_state_dir(&cfg.state.dir)?;
     let node_key = crate::attestation::load_or_create_node_key(&cfg.state.dir)?;
     dev_key(dir, "enrollment-authority.key")?;
-    let authority_key = crate::attestation::read_signing_key(&dir.join("enrollment-authority.key"))
-        .map_err(anyhow::Error::msg)?;
+    let authority_key = keyfile::read_ed25519(&dir.join("enrollment-authority.key"))?;
     let authority = EnrollmentAuthority::from_seed(authority_key.as_bytes());
     let now = crate::attestation::unix_now();
     let cert = authority
@@ -260,8 +259,7 @@ fn prepare_attestation(dir: &Path, cfg: &Config) -> Result<()> {
     .context("writing enrollment.json")?;
 
     dev_key(dir, "release.key")?;
-    let release = crate::attestation::read_signing_key(&dir.join("release.key"))
-        .map_err(anyhow::Error::msg)?;
+    let release = keyfile::read_ed25519(&dir.join("release.key"))?;
     let exe = std::env::current_exe().context("locating the hostd binary")?;
     let mut measurements = std::collections::BTreeMap::new();
     for (name, path) in [
