@@ -197,15 +197,15 @@ impl Residency {
         }
     }
 
-    pub fn check_place(&self, req: &PlaceRequest<'_>) -> Result<PlaceDecision, String> {
+    pub fn check_place(&self, req: &PlaceRequest<'_>) -> PlaceDecision {
         let Some(policy) = &self.policy else {
-            return Ok(PlaceDecision {
+            return PlaceDecision {
                 allowed: false,
                 policy_digest: "none".into(),
                 reasons: vec![
                     "denied: no residency policy is installed on this node, and nothing is allowed by default".into(),
                 ],
-            });
+            };
         };
         let request = policy::Request::Place {
             tenant: req.tenant.id.clone(),
@@ -226,11 +226,11 @@ impl Residency {
             },
         };
         let d = policy::decide(policy, &request);
-        Ok(PlaceDecision {
+        PlaceDecision {
             allowed: d.allowed,
             policy_digest: d.policy_digest.clone(),
             reasons: d.reasons.iter().map(|r| r.to_string()).collect(),
-        })
+        }
     }
 }
 
@@ -278,21 +278,19 @@ mod tests {
             status: TenantStatus::Active,
             created: "2026-12-03T00:00:00Z".into(),
         };
-        dev_residency()
-            .check_place(&PlaceRequest {
-                tenant: &tenant,
-                classification: "restricted",
-                dataset: Some("telugu-asr-raw"),
-                node_name: "hyd-dev-01",
-                node_jurisdiction: "IN-TG",
-                node_facility: "HYD1",
-                attestation: policy::AttestationStatus::Affirming,
-                evidence_age_s: Some(60),
-                cc_mode: true,
-                // The empty string stands for "no attested image" in this test's table.
-                image_version: Some(image_version).filter(|v| !v.is_empty()),
-            })
-            .expect("decision")
+        dev_residency().check_place(&PlaceRequest {
+            tenant: &tenant,
+            classification: "restricted",
+            dataset: Some("telugu-asr-raw"),
+            node_name: "hyd-dev-01",
+            node_jurisdiction: "IN-TG",
+            node_facility: "HYD1",
+            attestation: policy::AttestationStatus::Affirming,
+            evidence_age_s: Some(60),
+            cc_mode: true,
+            // The empty string stands for "no attested image" in this test's table.
+            image_version: Some(image_version).filter(|v| !v.is_empty()),
+        })
     }
 
     /// The image version reaches the policy: the dev rule for restricted data needs an

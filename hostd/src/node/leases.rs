@@ -88,21 +88,18 @@ impl Node {
             .filter(|g| g.is_healthy() && g.model.eq_ignore_ascii_case(&req.model))
             .peekable();
         let cc_mode = of_model.peek().is_some() && of_model.all(|g| g.cc_mode == Some(true));
-        let decision = self
-            .residency
-            .check_place(&PlaceRequest {
-                tenant,
-                classification: &req.classification,
-                dataset: req.dataset.as_deref(),
-                node_name: &self.cfg.node.name,
-                node_jurisdiction: &self.cfg.node.jurisdiction,
-                node_facility: &self.cfg.node.facility,
-                attestation: attested.status,
-                evidence_age_s: attested.age_s,
-                image_version: attested.image_version.as_deref(),
-                cc_mode,
-            })
-            .map_err(NodeError::BadRequest)?;
+        let decision = self.residency.check_place(&PlaceRequest {
+            tenant,
+            classification: &req.classification,
+            dataset: req.dataset.as_deref(),
+            node_name: &self.cfg.node.name,
+            node_jurisdiction: &self.cfg.node.jurisdiction,
+            node_facility: &self.cfg.node.facility,
+            attestation: attested.status,
+            evidence_age_s: attested.age_s,
+            image_version: attested.image_version.as_deref(),
+            cc_mode,
+        });
         if !decision.allowed {
             warn!(tenant = %tenant.id, reasons = ?decision.reasons, "placement denied by policy");
             return Err(NodeError::Denied {
