@@ -21,14 +21,7 @@ impl ApiError {
     /// under a fresh request id; the client gets only that id, never internal text or paths.
     pub(super) fn internal(e: &(dyn std::error::Error + 'static)) -> ApiError {
         let request_id = request_id();
-        let mut chain = e.to_string();
-        let mut source = e.source();
-        while let Some(s) = source {
-            chain.push_str(": ");
-            chain.push_str(&s.to_string());
-            source = s.source();
-        }
-        tracing::error!(request_id = %request_id, error = %chain, "internal error");
+        tracing::error!(request_id = %request_id, error = %attest::report::report(e), "internal error");
         ApiError {
             status: StatusCode::INTERNAL_SERVER_ERROR,
             body: ErrorBody {
