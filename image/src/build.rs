@@ -37,6 +37,8 @@ pub struct BuildSpec {
     pub out: PathBuf,
     /// The production hostd binary (`--no-default-features`, release).
     pub hostd: PathBuf,
+    /// The initrd's init, `sovereign-init` (its debug information is stripped).
+    pub init: PathBuf,
     /// `image/files`.
     pub files: PathBuf,
     /// `SOURCE_DATE_EPOCH`.
@@ -463,77 +465,18 @@ fn cmdline(spec: &BuildSpec, root_hash: &str) -> String {
     c
 }
 
-/// The initrd: the root's systemd, udev and the libraries they load, with only the boot
-/// modules (`crate::initrd`), marked as an initrd by `/etc/initrd-release`.
+/// The initrd: `sovereign-init` with the C library it links and the boot modules
+/// (`crate::initrd`).
 fn make_initrd(spec: &BuildSpec, root: &Path, tree: &Path) -> Result<Vec<u8>, BuildError> {
     run(Command::new("cp").arg("-a").arg(root).arg(tree))?;
-    for rel in INITRD_LEFT_OUT {
-        rootfs::remove_any(&tree.join(rel))?;
-    }
     let version = rootfs::kernel_version(tree)?;
     modules::keep_only(tree, &version, modules::INITRD_MODULES)?;
-    crate::initrd::prune(tree, crate::initrd::PROGRAMS)?;
-    write_file(
-        tree,
-        "etc/initrd-release",
-        os_release(spec).as_bytes(),
-        0o644,
-    )?;
-    // Loaded up front rather than on the kernel's request when the root is mounted: the
-    // initrd's only job is that mount, and a request that finds no modprobe fails silently.
-    // The storage drivers too: on udev's request they load only once its coldplug has reached
-    // the disk's controller, seconds later under emulation, and the root waits for them.
-    let preload = modules::INITRD_PRELOAD.join("\n") + "\n";
-    write_file(
-        tree,
-        "usr/lib/modules-load.d/50-sovereign-root.conf",
-        preload.as_bytes(),
-        0o644,
-    )?;
-    // The kernel runs /init from an initramfs; without it, it looks for a root itself.
-    std::os::unix::fs::symlink("usr/lib/systemd/systemd", tree.join("init"))
-        .map_err(io(&tree.join("init")))?;
+    crate::initrd::assemble(tree, &spec.init, modules::INITRD_MODULES)?;
     let mut archive = Archive::new();
     add_tree(&mut archive, tree, "")?;
     let cpio = archive.write(u32::try_from(spec.epoch).unwrap_or(u32::MAX));
     compress(&cpio, &spec.out.join(".work/initrd.cpio"))
 }
-
-/// What the initrd does not need of the root.
-const INITRD_LEFT_OUT: &[&str] = &[
-    "usr/bin/hostd",
-    "usr/lib/sovereign-host",
-    "usr/sbin/nft",
-    "usr/lib/x86_64-linux-gnu/libnftables.so.1",
-    "usr/lib/x86_64-linux-gnu/libnftables.so.1.1.0",
-    "usr/bin/ip",
-    "usr/sbin/ip",
-    "usr/lib/systemd/system/hostd.service",
-    "usr/lib/systemd/system/sovereign-provision.service",
-    "etc/systemd/system/multi-user.target.wants",
-    "usr/lib/systemd/systemd-networkd",
-    "usr/share/i18n",
-    "usr/share/zoneinfo",
-    // glibc's iconv modules: nothing in the initrd converts character sets (7.9 MB)
-    "usr/lib/x86_64-linux-gnu/gconv",
-    "usr/lib/systemd/boot",
-    // The root's mounts and enabled units are not the initrd's: it mounts only the root.
-    "etc/fstab",
-    "etc/crypttab",
-    "usr/lib/modules-load.d/50-sovereign.conf",
-    "etc/nftables.conf",
-    "etc/systemd/system",
-    // udev rules for network interfaces, GPUs, InfiniBand, firmware loading and the power
-    // button: the initrd brings up none of these (the root's udev does).
-    "usr/lib/udev/rules.d/50-firmware.rules",
-    "usr/lib/udev/rules.d/60-drm.rules",
-    "usr/lib/udev/rules.d/60-infiniband.rules",
-    "usr/lib/udev/rules.d/70-power-switch.rules",
-    "usr/lib/udev/rules.d/73-special-net-names.rules",
-    "usr/lib/udev/rules.d/75-net-description.rules",
-    "usr/lib/udev/rules.d/80-net-setup-link.rules",
-    "usr/lib/udev/rules.d/81-net-dhcp.rules",
-];
 
 fn add_tree(archive: &mut Archive, dir: &Path, prefix: &str) -> Result<(), BuildError> {
     use std::os::unix::fs::PermissionsExt;

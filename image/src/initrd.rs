@@ -1,51 +1,32 @@
-//! What the initrd keeps of the root: the programs that finding, verifying and mounting the
-//! root take, the libraries they load (followed through ELF `DT_NEEDED` and `DT_RUNPATH`,
-//! plus those systemd loads with `dlopen`), and the configuration trees they read. Every
-//! other regular file goes. The initrd is loaded, hashed three times (firmware, stub, kernel
-//! stub) and unpacked at every boot; under emulation each megabyte costs.
+//! The initrd: `sovereign-init` as `/init`, the C library and loader it links (followed
+//! through ELF `DT_NEEDED` and `DT_RUNPATH`), the boot modules and the list of those to load.
+//! Nothing else: no shell, no udev, no systemd (the root's systemd is the node's only one).
+//! The initrd is loaded, hashed twice (firmware for PCR 4, stub for PCR 11) and unpacked at
+//! every boot; under emulation each megabyte costs.
 
-use crate::rootfs::{io, TreeError};
+use crate::rootfs::{io, run, write_file, TreeError};
 use object::elf;
 use object::read::elf::{Dyn, FileHeader};
 use std::collections::{BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
-/// Trees the initrd keeps whole: unit files, udev's rules and helpers, the modules (already
-/// cut to the initrd's list), and the configuration systemd reads at boot.
+/// Trees the initrd keeps whole: the modules (already cut to the initrd's list) and the
+/// init's module list; and the ELF interpreter the init names.
 pub const KEEP_TREES: &[&str] = &[
-    "etc",
-    "usr/lib/systemd/system",
-    "usr/lib/systemd/system-generators",
-    "usr/lib/systemd/system-shutdown",
-    "usr/lib/udev",
     "usr/lib/modules",
-    "usr/lib/modprobe.d",
-    "usr/lib/modules-load.d",
-    "usr/lib/tmpfiles.d",
-    "usr/lib/sysctl.d",
-    "usr/lib/os-release",
+    "usr/lib/sovereign-init",
     "usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2",
 ];
 
-/// Programs the initrd runs, for [`prune`] (beyond the ELF files under `usr/lib/systemd/`, all kept): unit
-/// commands, udev's coldplug, mounts, module loading.
-pub const PROGRAMS: &[&str] = &[
-    "usr/bin/systemctl",
-    "usr/bin/udevadm",
-    "usr/bin/systemd-tmpfiles",
-    "usr/bin/systemd-escape",
-    "usr/bin/journalctl",
-    "usr/bin/mount",
-    "usr/bin/umount",
-    "usr/bin/kmod",
-    // udev's device-mapper rules run it to tell libdevmapper the verity device is ready;
-    // without it veritysetup waits until its device times out
-    "usr/sbin/dmsetup",
-];
+/// The initrd's one program.
+pub const INIT: &str = "init";
 
-/// Libraries loaded with `dlopen`, which no `DT_NEEDED` names: the TPM stack that
-/// `systemd-pcrphase` measures with, and glibc's unwinder for thread cancellation.
-pub const DLOPENED: &[&str] = &["libtss2-", "libgcc_s.so"];
+/// Where the init reads the modules to load (`sovereign_init::boot::MODULE_LIST`).
+pub const MODULE_LIST: &str = "usr/lib/sovereign-init/modules";
+
+/// Mount points the init uses, made empty in the archive.
+const MOUNT_POINTS: &[&str] = &["dev", "proc", "sys", "sysroot"];
 
 const LIB_DIR: &str = "usr/lib/x86_64-linux-gnu";
 const SYSTEMD_LIB_DIR: &str = "usr/lib/x86_64-linux-gnu/systemd";
@@ -66,6 +47,59 @@ pub enum InitrdError {
     MissingProgram { program: String },
     #[error("{program} needs {library}, which is not in the root")]
     MissingLibrary { program: PathBuf, library: String },
+}
+
+/// Makes `tree` (a copy of the root, with the kernel's modules already cut to the initrd's)
+/// into the initrd: `init` is `init_program` without its debug information, `modules` the
+/// modules it loads as it starts; then every file the init does not need goes, and with
+/// them the folders and symlinks left empty or dangling. Returns how many files were kept.
+pub fn assemble(tree: &Path, init_program: &Path, modules: &[&str]) -> Result<usize, InitrdError> {
+    use std::os::unix::fs::PermissionsExt;
+    let init = tree.join(INIT);
+    run(Command::new("objcopy")
+        .arg("--strip-debug")
+        .arg(init_program)
+        .arg(&init))?;
+    std::fs::set_permissions(&init, std::fs::Permissions::from_mode(0o755)).map_err(io(&init))?;
+    let list = format!(
+        "# Loaded by sovereign-init, in this order, each after what it depends on.\n{}\n",
+        modules.join("\n")
+    );
+    write_file(tree, MODULE_LIST, list.as_bytes(), 0o644)?;
+    let kept = prune(tree, &[INIT])?;
+    // Twice: a symlink checked before the folder it names was emptied is caught the second time.
+    tidy(tree, tree)?;
+    tidy(tree, tree)?;
+    for dir in MOUNT_POINTS {
+        let d = tree.join(dir);
+        std::fs::create_dir_all(&d).map_err(io(&d))?;
+    }
+    Ok(kept)
+}
+
+/// Removes, below `dir`, the symlinks that lead nowhere inside `tree` and the folders left
+/// empty, deepest first.
+fn tidy(tree: &Path, dir: &Path) -> Result<(), TreeError> {
+    for entry in std::fs::read_dir(dir).map_err(io(dir))? {
+        let path = entry.map_err(io(dir))?.path();
+        let meta = std::fs::symlink_metadata(&path).map_err(io(&path))?;
+        if meta.is_dir() {
+            tidy(tree, &path)?;
+            let empty = std::fs::read_dir(&path)
+                .map_err(io(&path))?
+                .next()
+                .is_none();
+            if empty {
+                std::fs::remove_dir(&path).map_err(io(&path))?;
+            }
+        } else if meta.file_type().is_symlink() {
+            let rel = path.strip_prefix(tree).unwrap_or(&path);
+            if !tree.join(resolve(tree, rel)).exists() {
+                std::fs::remove_file(&path).map_err(io(&path))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Removes from `tree` (a copy of the root) every regular file the initrd does not need;
@@ -94,9 +128,6 @@ fn needed(tree: &Path, programs: &[&str]) -> Result<BTreeSet<PathBuf>, InitrdErr
         });
     }
     let mut queue: VecDeque<PathBuf> = programs.iter().map(PathBuf::from).collect();
-    queue.extend(files_under(tree, "usr/lib/systemd", Depth::Top, is_elf)?);
-    queue.extend(files_under(tree, LIB_DIR, Depth::Top, is_dlopened)?);
-    queue.extend(files_under(tree, "usr/lib/udev", Depth::All, is_elf)?);
     let mut seen = BTreeSet::new();
     while let Some(rel) = queue.pop_front() {
         let real = resolve(tree, &rel);
@@ -108,35 +139,6 @@ fn needed(tree: &Path, programs: &[&str]) -> Result<BTreeSet<PathBuf>, InitrdErr
         }
     }
     Ok(seen)
-}
-
-/// How deep [`files_under`] looks.
-enum Depth {
-    /// Only the folder's own files.
-    Top,
-    /// Its subfolders too.
-    All,
-}
-
-/// The regular files under `tree/dir` that `wanted` accepts, relative to `tree`.
-fn files_under(
-    tree: &Path,
-    dir: &str,
-    depth: Depth,
-    wanted: fn(&Path) -> bool,
-) -> Result<Vec<PathBuf>, TreeError> {
-    let top = tree.join(dir);
-    Ok(regular_files(&top)?
-        .into_iter()
-        .filter(|f| matches!(depth, Depth::All) || f.parent() == Some(top.as_path()))
-        .filter(|f| wanted(f))
-        .map(|f| f.strip_prefix(tree).unwrap_or(&f).to_path_buf())
-        .collect())
-}
-
-fn is_dlopened(path: &Path) -> bool {
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    DLOPENED.iter().any(|p| name.starts_with(p))
 }
 
 /// `rel` with its symlinks followed inside `tree` (absolute targets are the tree's), and
@@ -228,15 +230,6 @@ fn libraries(tree: &Path, rel: &Path) -> Result<Vec<PathBuf>, InitrdError> {
     Ok(found)
 }
 
-fn is_elf(path: &Path) -> bool {
-    use std::io::Read;
-    let mut magic = [0u8; 4];
-    std::fs::File::open(path)
-        .and_then(|mut f| f.read_exact(&mut magic))
-        .is_ok()
-        && magic == *b"\x7fELF"
-}
-
 /// Every regular file under `dir` (none if it does not exist).
 fn regular_files(dir: &Path) -> Result<Vec<PathBuf>, TreeError> {
     let mut out = Vec::new();
@@ -264,8 +257,9 @@ fn regular_files(dir: &Path) -> Result<Vec<PathBuf>, TreeError> {
 mod tests {
     use super::*;
 
-    /// A tree with the host's own `kmod` and its libraries (whatever they are here) and a
-    /// stray file: pruning keeps the program, its loader-visible closure, and nothing else.
+    /// A tree with the host's own `kmod` and its libraries (whatever they are here), a module
+    /// and stray files: pruning keeps the program, its loader-visible closure and the kept
+    /// trees, and nothing else.
     #[test]
     fn keeps_programs_with_their_libraries_and_drops_the_rest() {
         let kmod = Path::new("/usr/bin/kmod");
@@ -298,18 +292,74 @@ mod tests {
         }
         put("usr/bin/stray", kmod);
         put("usr/share/doc/readme", kmod);
-        put("etc/kept.conf", kmod);
+        put("etc/gone.conf", kmod);
+        put("usr/lib/modules/6.1.0-x/kept.ko", kmod);
         let before = regular_files(tree).unwrap().len();
         let kept = prune(tree, &["usr/bin/kmod"]).unwrap();
         assert!(tree.join("usr/bin/kmod").exists());
-        assert!(tree.join("etc/kept.conf").exists());
+        assert!(tree.join("usr/lib/modules/6.1.0-x/kept.ko").exists());
+        assert!(!tree.join("etc/gone.conf").exists());
         assert!(!tree.join("usr/bin/stray").exists());
         assert!(!tree.join("usr/share/doc/readme").exists());
-        assert_eq!(kept, before - 2, "every library of kmod stays");
+        assert_eq!(kept, before - 3, "every library of kmod stays");
         assert!(matches!(
             prune(tree, &["usr/bin/systemctl"]),
             Err(InitrdError::MissingProgram { .. })
         ));
+    }
+
+    /// A copy of a root with a program, its libraries (the host's, whatever they are here),
+    /// a module, strays, a symlink into what goes and a folder left empty: the initrd keeps
+    /// the init, the libraries, the modules and the list, and nothing else.
+    #[test]
+    fn the_initrd_is_the_init_its_libraries_and_the_modules() {
+        let program = Path::new("/usr/bin/true");
+        if !program.exists() || crate::tool::run(Command::new("objcopy").arg("--version")).is_err()
+        {
+            eprintln!("skipped: no /usr/bin/true or objcopy on this machine");
+            return;
+        }
+        let t = tempfile::tempdir().unwrap();
+        let tree = t.path();
+        let put = |rel: &str, from: &Path| {
+            let to = tree.join(rel);
+            std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+            std::fs::copy(from, &to).unwrap();
+        };
+        let host = Path::new("/");
+        let mut queue = vec![PathBuf::from("usr/bin/true")];
+        while let Some(rel) = queue.pop() {
+            for lib in libraries(host, &resolve(host, &rel)).unwrap() {
+                let real = resolve(host, &lib);
+                if !tree.join(&real).exists() {
+                    put(real.to_str().unwrap(), &host.join(&real));
+                    queue.push(real);
+                }
+            }
+        }
+        put("usr/lib/modules/6.1.0-x/kernel/fs/erofs/erofs.ko", program);
+        put("usr/bin/stray", program);
+        put("usr/share/doc/readme", program);
+        std::os::unix::fs::symlink("usr/bin", tree.join("bin")).unwrap();
+        std::fs::create_dir_all(tree.join("var/empty/deeper")).unwrap();
+        let kept = assemble(tree, program, &["virtio_blk", "erofs"]).unwrap();
+        assert!(tree.join(INIT).is_file());
+        let list = std::fs::read_to_string(tree.join(MODULE_LIST)).unwrap();
+        assert!(list.ends_with("virtio_blk\nerofs\n"), "{list}");
+        assert!(tree
+            .join("usr/lib/modules/6.1.0-x/kernel/fs/erofs/erofs.ko")
+            .exists());
+        for gone in ["usr/bin", "bin", "usr/share", "var"] {
+            assert!(
+                std::fs::symlink_metadata(tree.join(gone)).is_err(),
+                "{gone} should be gone"
+            );
+        }
+        for dir in MOUNT_POINTS {
+            assert!(tree.join(dir).is_dir(), "{dir}");
+        }
+        let files = regular_files(tree).unwrap().len();
+        assert_eq!(kept, files, "every file left is one the initrd keeps");
     }
 
     #[test]

@@ -43,6 +43,9 @@ struct BuildArgs {
     /// The production hostd (`cargo build --release -p hostd --no-default-features`).
     #[arg(long)]
     hostd: PathBuf,
+    /// The initrd's init (`cargo build --release -p sovereign-init`).
+    #[arg(long)]
+    init: PathBuf,
     /// Release key (`sovctl attest keygen`) that signs manifest.json.
     #[arg(long)]
     release_key: PathBuf,
@@ -121,6 +124,7 @@ fn build(args: BuildArgs) -> Result<()> {
         cache: args.cache,
         out: args.out.clone(),
         hostd: args.hostd,
+        init: args.init,
         files: dir.join("files"),
         epoch: args.source_date_epoch,
         version: args.version,

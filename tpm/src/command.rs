@@ -232,8 +232,9 @@ pub fn pcr_read<T: Transport + ?Sized>(t: &mut T) -> Result<BTreeMap<u8, [u8; 32
     Ok(out)
 }
 
-/// TPM2_PCR_Extend of the SHA-256 bank: PCR := SHA-256(PCR || digest). The node never needs
-/// it (firmware and systemd-stub measure); tests use it to change a PCR.
+/// TPM2_PCR_Extend of the SHA-256 bank: PCR := SHA-256(PCR || digest). The image's initrd
+/// (`sovereign-init`) measures its boot phases into PCR 11 with it; tests use it to change a
+/// PCR.
 pub fn pcr_extend<T: Transport + ?Sized>(
     t: &mut T,
     index: u8,

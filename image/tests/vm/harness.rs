@@ -93,7 +93,7 @@ impl Fixture {
         let work = target.join("image-vm-test");
         let _ = std::fs::remove_dir_all(&work);
         std::fs::create_dir_all(&work).expect("work dir");
-        let hostd = production_hostd(&target);
+        let (hostd, init) = production_binaries(&target);
         let dev = work.join("dev");
         run(
             Command::new(bin.join("hostd"))
@@ -117,6 +117,8 @@ impl Fixture {
                 .arg(&out)
                 .arg("--hostd")
                 .arg(&hostd)
+                .arg("--init")
+                .arg(&init)
                 .arg("--simulated-nvml")
                 .arg(sim_library(&bin))
                 .arg("--release-key")
@@ -456,9 +458,10 @@ fn debug_cmdline() -> Vec<String> {
     }
 }
 
-/// `cargo build --no-default-features` of hostd: the production build, without simulation, in
-/// a target folder of its own (the outer `cargo test` holds the workspace's).
-fn production_hostd(target: &Path) -> PathBuf {
+/// `cargo build --no-default-features` of hostd (the production build, without simulation)
+/// and the initrd's `sovereign-init`, in a target folder of their own (the outer
+/// `cargo test` holds the workspace's).
+fn production_binaries(target: &Path) -> (PathBuf, PathBuf) {
     let dir = target.join("image-hostd");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let started = Instant::now();
@@ -469,20 +472,24 @@ fn production_hostd(target: &Path) -> PathBuf {
                 "-q",
                 "-p",
                 "hostd",
+                "-p",
+                "sovereign-init",
                 "--no-default-features",
                 "--bin",
                 "hostd",
+                "--bin",
+                "sovereign-init",
                 "--target-dir",
             ])
             .arg(&dir)
             .current_dir(env!("CARGO_MANIFEST_DIR")),
-        "building the production hostd",
+        "building the production hostd and sovereign-init",
     );
     eprintln!(
-        "production hostd built in {:.1} s",
+        "production hostd and sovereign-init built in {:.1} s",
         started.elapsed().as_secs_f64()
     );
-    dir.join("debug/hostd")
+    (dir.join("debug/hostd"), dir.join("debug/sovereign-init"))
 }
 
 /// A blank 512 MiB disk (sparse).

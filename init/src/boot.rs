@@ -1,0 +1,370 @@
+//! The initrd's one job, in order: the kernel's filesystems, the boot modules, `enter-initrd`,
+//! the root's two devices by their UUIDs, the verity device over them, the root mounted
+//! read-only, `leave-initrd`, and the switch into the root's `/sbin/init` (systemd). Each
+//! step's failure is an [`InitError`] naming what it was doing; `main` prints it and powers
+//! the node off, as the root's systemd does with a failed boot.
+
+use crate::cmdline::{self, CmdlineError, Device, RootSpec};
+use crate::dm::{Control, DmError};
+use crate::kmod::{self, KmodError, Loaded};
+use crate::phase::{self, PhaseError, Phases};
+use crate::probe::{self, Signature, PROBE_LEN};
+use crate::verity::{self, DevNum, VerityError};
+use rustix::mount::{mount, mount_move, MountFlags};
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::io::{self, Read};
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The modules to load, one name per line (the image's build writes it).
+pub const MODULE_LIST: &str = "/usr/lib/sovereign-init/modules";
+/// Where the root is mounted before the switch.
+pub const SYSROOT: &str = "/sysroot";
+/// The root's init.
+pub const ROOT_INIT: &str = "/sbin/init";
+/// The verity device's name (systemd's, so the root's units find it as before).
+pub const ROOT_NAME: &str = "root";
+/// How long the root's devices, and the TPM's, get to appear.
+const DEVICE_WAIT: Duration = Duration::from_secs(30);
+
+/// Why the initrd could not hand over to the root.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum InitError {
+    /// A filesystem could not be mounted or moved.
+    #[error("mounting {what} on {target}")]
+    Mount {
+        /// What was mounted.
+        what: String,
+        /// Where.
+        target: String,
+        #[source]
+        source: io::Error,
+    },
+    /// A file the initrd reads could not be read.
+    #[error("reading {path}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// The command line does not name a root.
+    #[error(transparent)]
+    Cmdline(#[from] CmdlineError),
+    /// A boot module could not be loaded.
+    #[error(transparent)]
+    Kmod(#[from] KmodError),
+    /// A boot phase could not be measured.
+    #[error("measuring the {phase} phase into PCR 11")]
+    Phase {
+        /// The phase.
+        phase: &'static str,
+        #[source]
+        source: PhaseError,
+    },
+    /// A device the command line names never appeared.
+    #[error("the root's {what} device ({device}) did not appear within {secs} s")]
+    NoDevice {
+        /// `data` or `hash tree`.
+        what: &'static str,
+        /// The command line's name for it.
+        device: String,
+        /// How long the init waited.
+        secs: u64,
+    },
+    /// The hash device's superblock is not the image's.
+    #[error("the root's hash tree on {device}")]
+    Verity {
+        /// The hash device.
+        device: PathBuf,
+        #[source]
+        source: VerityError,
+    },
+    /// device-mapper refused the verity device.
+    #[error("setting up the verity device")]
+    Dm(#[source] DmError),
+    /// The mounted root has no init.
+    #[error("the root has no {0}")]
+    NoInit(&'static str),
+    /// A step of the switch into the root failed.
+    #[error("switching into the root: {step}")]
+    Switch {
+        /// The step.
+        step: &'static str,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// Boots the root; returns only on failure (on success this process becomes systemd).
+pub fn run() -> Result<Infallible, InitError> {
+    mount_kernel_filesystems()?;
+    let line = read("/proc/cmdline")?;
+    let spec = cmdline::parse(&line)?;
+    let say = |text: &str| {
+        if !spec.quiet {
+            eprintln!("sovereign-init: {text}");
+        }
+    };
+    load_modules(&say)?;
+    let measured = mount_efivars()? && Path::new(phase::STUB_MEASURED).exists();
+    let mut phases =
+        Phases::open(measured, Path::new(tpm::DEFAULT_DEVICE), DEVICE_WAIT).map_err(|source| {
+            InitError::Phase {
+                phase: phase::ENTER_INITRD,
+                source,
+            }
+        })?;
+    measure(&mut phases, phase::ENTER_INITRD)?;
+    let (data, hash) = find_devices(&spec)?;
+    let root = open_verity(&spec, &data, &hash)?;
+    mount_root(&root, &spec.fstype)?;
+    say(&format!(
+        "root {} verified against the command line's root hash, mounted read-only",
+        data.display()
+    ));
+    measure(&mut phases, phase::LEAVE_INITRD)?;
+    drop(phases);
+    switch_root(Path::new(SYSROOT))
+}
+
+fn read(path: &str) -> Result<String, InitError> {
+    std::fs::read_to_string(path).map_err(|source| InitError::Read {
+        path: path.into(),
+        source,
+    })
+}
+
+fn mount_one(what: &str, target: &str, fstype: &str, flags: MountFlags) -> Result<(), InitError> {
+    let err = |source: io::Error| InitError::Mount {
+        what: what.to_owned(),
+        target: target.to_owned(),
+        source,
+    };
+    std::fs::create_dir_all(target).map_err(err)?;
+    mount(what, target, fstype, flags, None).map_err(|e| err(e.into()))
+}
+
+/// `/proc`, `/sys` and a devtmpfs `/dev` (the kernel makes device nodes there itself, which
+/// is all this initrd needs of udev).
+fn mount_kernel_filesystems() -> Result<(), InitError> {
+    let hardened = MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC;
+    mount_one("proc", "/proc", "proc", hardened)?;
+    mount_one("sysfs", "/sys", "sysfs", hardened)?;
+    mount_one("devtmpfs", "/dev", "devtmpfs", MountFlags::NOSUID)
+}
+
+/// efivarfs, where systemd-stub left word that it measured the UKI; false on a machine
+/// without EFI.
+fn mount_efivars() -> Result<bool, InitError> {
+    if !Path::new("/sys/firmware/efi").exists() {
+        return Ok(false);
+    }
+    let flags = MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC;
+    mount_one("efivarfs", "/sys/firmware/efi/efivars", "efivarfs", flags)?;
+    Ok(true)
+}
+
+fn load_modules(say: &dyn Fn(&str)) -> Result<(), InitError> {
+    let release = rustix::system::uname()
+        .release()
+        .to_string_lossy()
+        .into_owned();
+    let dir = PathBuf::from("/usr/lib/modules").join(&release);
+    let dep = read(&dir.join("modules.dep").display().to_string())?;
+    // Absent when nothing the list names is built in.
+    let builtin = std::fs::read_to_string(dir.join("modules.builtin")).unwrap_or_default();
+    let wanted = kmod::names(&read(MODULE_LIST)?);
+    for rel in kmod::load_order(&dep, &builtin, &wanted)? {
+        if kmod::load(&dir.join(&rel))? == Loaded::NoDevice {
+            say(&format!(
+                "{} has nothing to drive here",
+                kmod::module_name(&rel)
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn measure(phases: &mut Phases, phase: &'static str) -> Result<(), InitError> {
+    phases
+        .measure(phase)
+        .map(drop)
+        .map_err(|source| InitError::Phase { phase, source })
+}
+
+/// The data and hash devices: by path, or by the UUID in their superblocks, polling
+/// `/sys/class/block` until both are there (the storage drivers probe as they load, but a
+/// controller may take a moment).
+fn find_devices(spec: &RootSpec) -> Result<(PathBuf, PathBuf), InitError> {
+    let deadline = Instant::now() + DEVICE_WAIT;
+    loop {
+        let seen = scan_block_devices();
+        let data = resolve(&spec.data, &seen);
+        let hash = resolve(&spec.hash, &seen);
+        if let (Some(d), Some(h)) = (&data, &hash) {
+            return Ok((d.clone(), h.clone()));
+        }
+        if Instant::now() > deadline {
+            let (what, device) = match data {
+                None => ("data", &spec.data),
+                Some(_) => ("hash tree", &spec.hash),
+            };
+            return Err(InitError::NoDevice {
+                what,
+                device: describe(device),
+                secs: DEVICE_WAIT.as_secs(),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn describe(device: &Device) -> String {
+    match device {
+        Device::Uuid(u) => format!("UUID {u}"),
+        Device::Path(p) => p.display().to_string(),
+    }
+}
+
+fn resolve(device: &Device, seen: &BTreeMap<String, PathBuf>) -> Option<PathBuf> {
+    match device {
+        Device::Uuid(u) => seen.get(u).cloned(),
+        Device::Path(p) => p.exists().then(|| p.clone()),
+    }
+}
+
+/// UUID → device node for every block device whose first bytes are an erofs or verity
+/// superblock. Devices that cannot be read (an empty drive) are skipped.
+fn scan_block_devices() -> BTreeMap<String, PathBuf> {
+    let mut found = BTreeMap::new();
+    let Ok(entries) = std::fs::read_dir("/sys/class/block") else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let node = Path::new("/dev").join(entry.file_name());
+        let mut head = vec![0u8; PROBE_LEN];
+        let read = std::fs::File::open(&node).and_then(|mut f| f.read_exact(&mut head));
+        if read.is_err() {
+            continue;
+        }
+        if let Some(sig @ (Signature::Erofs(_) | Signature::Verity(_))) = probe::identify(&head) {
+            found.insert(sig.uuid(), node);
+        }
+    }
+    found
+}
+
+fn dev_num(path: &Path) -> Result<DevNum, InitError> {
+    let meta = std::fs::metadata(path).map_err(|source| InitError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    let rdev = meta.rdev();
+    Ok(DevNum {
+        major: rustix::fs::major(rdev),
+        minor: rustix::fs::minor(rdev),
+    })
+}
+
+/// The read-only verity device `root` over `data`, checked against `hash` and the root
+/// hash; returns its device node.
+fn open_verity(spec: &RootSpec, data: &Path, hash: &Path) -> Result<PathBuf, InitError> {
+    let read_err = |source| InitError::Read {
+        path: hash.to_owned(),
+        source,
+    };
+    let mut head = vec![0u8; verity::SUPERBLOCK_LEN];
+    std::fs::File::open(hash)
+        .and_then(|mut f| f.read_exact(&mut head))
+        .map_err(read_err)?;
+    let superblock = verity::parse(&head).map_err(|source| InitError::Verity {
+        device: hash.to_owned(),
+        source,
+    })?;
+    let table = superblock.table(dev_num(data)?, dev_num(hash)?, &spec.root_hash);
+    let uuid = format!("CRYPT-VERITY-{}-{ROOT_NAME}", hex::encode(&head[16..32]));
+    let control = Control::open(Path::new("/dev/mapper/control")).map_err(InitError::Dm)?;
+    let dev = control
+        .create_readonly(ROOT_NAME, &uuid, "verity", &table)
+        .map_err(InitError::Dm)?;
+    // devtmpfs names it dm-N; systemd and the root's fstab know it as /dev/mapper/root.
+    let node = PathBuf::from("/dev/mapper").join(ROOT_NAME);
+    let mknod = rustix::fs::mknodat(
+        rustix::fs::CWD,
+        &node,
+        rustix::fs::FileType::BlockDevice,
+        rustix::fs::Mode::from_raw_mode(0o600),
+        rustix::fs::makedev(dev.major, dev.minor),
+    );
+    mknod.map_err(|e| InitError::Read {
+        path: node.clone(),
+        source: e.into(),
+    })?;
+    Ok(node)
+}
+
+fn mount_root(device: &Path, fstype: &str) -> Result<(), InitError> {
+    mount_one(
+        &device.display().to_string(),
+        SYSROOT,
+        fstype,
+        MountFlags::RDONLY,
+    )?;
+    let init = Path::new(SYSROOT).join(ROOT_INIT.trim_start_matches('/'));
+    // `exists` follows the symlink (/sbin/init → systemd) as exec will.
+    if !init.exists() {
+        return Err(InitError::NoInit(ROOT_INIT));
+    }
+    Ok(())
+}
+
+/// What systemd's and util-linux's switch_root do: move the kernel filesystems into the new
+/// root, free the initramfs (it is memory), make the new root `/`, and exec its init with
+/// the arguments the kernel gave this one.
+fn switch_root(new_root: &Path) -> Result<Infallible, InitError> {
+    let step = |step| move |source: io::Error| InitError::Switch { step, source };
+    for dir in ["dev", "proc", "sys"] {
+        mount_move(Path::new("/").join(dir), new_root.join(dir))
+            .map_err(|e| step("moving /dev, /proc and /sys")(e.into()))?;
+    }
+    let root_dev = std::fs::symlink_metadata("/")
+        .map_err(step("reading the initramfs"))?
+        .dev();
+    free_tree(Path::new("/"), root_dev);
+    std::env::set_current_dir(new_root).map_err(step("entering the root"))?;
+    mount_move(".", "/").map_err(|e| step("moving the root to /")(e.into()))?;
+    rustix::process::chroot(".").map_err(|e| step("chroot")(e.into()))?;
+    std::env::set_current_dir("/").map_err(step("entering the root"))?;
+    let error = std::process::Command::new(ROOT_INIT)
+        .args(std::env::args_os().skip(1))
+        .exec();
+    Err(step("starting /sbin/init")(error))
+}
+
+/// Removes the initramfs's files, staying on its filesystem (the new root, mounted inside
+/// it, is another). Best effort: what cannot be removed only costs memory.
+fn free_tree(dir: &Path, dev: u64) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if meta.dev() != dev {
+            continue;
+        }
+        if meta.is_dir() {
+            free_tree(&path, dev);
+            let _ = std::fs::remove_dir(&path);
+        } else {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+}

@@ -1,0 +1,284 @@
+//! device-mapper, through its control device's ioctls (`<linux/dm-ioctl.h>`, interface
+//! version 4): create a device, load a read-only table into it, resume it. What
+//! libdevmapper does for `veritysetup open`, without its udev handshake (there is no udev
+//! here) or its libraries.
+//!
+//! Requests are byte buffers laid out as the header specifies (native endianness); the
+//! ioctl itself is in [`crate::sys`].
+
+use crate::verity::{DevNum, Table};
+use std::fs::File;
+use std::io;
+use std::path::Path;
+
+/// `sizeof(struct dm_ioctl)`.
+pub const HEADER_LEN: usize = 312;
+/// `sizeof(struct dm_target_spec)`.
+const SPEC_LEN: usize = 40;
+/// Room for the kernel's answers (it writes status back into the same buffer).
+const BUFFER_LEN: usize = 16 << 10;
+
+/// `DM_READONLY_FLAG`: the table's devices are opened read-only.
+pub const READONLY: u32 = 1 << 0;
+/// `DM_BUFFER_FULL_FLAG`: the kernel's answer did not fit.
+const BUFFER_FULL: u32 = 1 << 8;
+
+/// `DM_DEV_CREATE_CMD`, `DM_DEV_SUSPEND_CMD` (without the suspend flag: resume) and
+/// `DM_TABLE_LOAD_CMD`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Command {
+    /// Create an empty device.
+    Create = 3,
+    /// Resume: make the loaded table live.
+    Resume = 6,
+    /// Load a table (inactive until resumed).
+    LoadTable = 9,
+}
+
+impl Command {
+    /// `_IOWR(0xfd, nr, struct dm_ioctl)`.
+    pub fn request(self) -> u32 {
+        (3 << 30) | ((HEADER_LEN as u32) << 16) | (0xfd << 8) | self as u32
+    }
+}
+
+/// Why a device-mapper request failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DmError {
+    /// A name or UUID longer than the header holds, or with a NUL.
+    #[error("device-mapper {what} {value:?} does not fit the request header")]
+    Field {
+        /// `name` or `uuid`.
+        what: &'static str,
+        /// The value.
+        value: String,
+    },
+    /// A target's parameters too long for a request.
+    #[error("a device-mapper table of {0} bytes is too long")]
+    TableTooLong(usize),
+    /// The control device could not be opened.
+    #[error("opening {path}")]
+    Open {
+        /// `/dev/mapper/control`.
+        path: String,
+        #[source]
+        source: io::Error,
+    },
+    /// The kernel refused a request.
+    #[error("device-mapper {command:?} of {name}")]
+    Ioctl {
+        /// The request.
+        command: Command,
+        /// The device's name.
+        name: String,
+        #[source]
+        source: io::Error,
+    },
+    /// The kernel's answer is not one the header describes.
+    #[error("device-mapper answered {command:?} with a malformed header")]
+    Answer {
+        /// The request.
+        command: Command,
+    },
+}
+
+fn put_str(
+    buf: &mut [u8],
+    at: usize,
+    room: usize,
+    what: &'static str,
+    value: &str,
+) -> Result<(), DmError> {
+    if value.len() >= room || value.contains('\0') {
+        return Err(DmError::Field {
+            what,
+            value: value.to_owned(),
+        });
+    }
+    buf[at..at + value.len()].copy_from_slice(value.as_bytes());
+    Ok(())
+}
+
+/// A request: the header for device `name` (and `uuid`, for [`Command::Create`]) with
+/// `flags`, followed by `targets` as `dm_target_spec`s, each with its NUL-terminated
+/// parameters padded to 8 bytes.
+pub fn request(
+    name: &str,
+    uuid: Option<&str>,
+    flags: u32,
+    targets: &[(&str, &Table)],
+) -> Result<Vec<u8>, DmError> {
+    let mut specs = Vec::new();
+    for (kind, table) in targets {
+        let params_len = (table.params.len() + 1).next_multiple_of(8);
+        let mut spec = vec![0u8; SPEC_LEN + params_len];
+        spec[8..16].copy_from_slice(&table.sectors.to_ne_bytes());
+        let next = u32::try_from(SPEC_LEN + params_len)
+            .map_err(|_| DmError::TableTooLong(table.params.len()))?;
+        spec[20..24].copy_from_slice(&next.to_ne_bytes());
+        put_str(&mut spec, 24, 16, "target type", kind)?;
+        put_str(&mut spec, SPEC_LEN, params_len, "table", &table.params)?;
+        specs.extend_from_slice(&spec);
+    }
+    if HEADER_LEN + specs.len() > BUFFER_LEN {
+        return Err(DmError::TableTooLong(specs.len()));
+    }
+    let mut buf = vec![0u8; BUFFER_LEN];
+    for (i, v) in [4u32, 0, 0].iter().enumerate() {
+        buf[i * 4..i * 4 + 4].copy_from_slice(&v.to_ne_bytes());
+    }
+    buf[12..16].copy_from_slice(&(BUFFER_LEN as u32).to_ne_bytes());
+    buf[16..20].copy_from_slice(&(HEADER_LEN as u32).to_ne_bytes());
+    buf[20..24].copy_from_slice(&(targets.len() as u32).to_ne_bytes());
+    buf[28..32].copy_from_slice(&flags.to_ne_bytes());
+    put_str(&mut buf, 48, 128, "name", name)?;
+    if let Some(uuid) = uuid {
+        put_str(&mut buf, 176, 129, "uuid", uuid)?;
+    }
+    buf[HEADER_LEN..HEADER_LEN + specs.len()].copy_from_slice(&specs);
+    Ok(buf)
+}
+
+/// The device number in an answer's header (`huge_encode_dev`'s encoding).
+pub fn answered_dev(buf: &[u8], command: Command) -> Result<DevNum, DmError> {
+    let bad = || DmError::Answer { command };
+    let flags = u32::from_ne_bytes(
+        buf.get(28..32)
+            .ok_or_else(bad)?
+            .try_into()
+            .map_err(|_| bad())?,
+    );
+    if flags & BUFFER_FULL != 0 {
+        return Err(bad());
+    }
+    let dev = u64::from_ne_bytes(
+        buf.get(40..48)
+            .ok_or_else(bad)?
+            .try_into()
+            .map_err(|_| bad())?,
+    );
+    let major = ((dev & 0xfff00) >> 8) as u32;
+    let minor = ((dev & 0xff) | ((dev >> 12) & 0xfff00)) as u32;
+    Ok(DevNum { major, minor })
+}
+
+/// The control device, `/dev/mapper/control`.
+#[derive(Debug)]
+pub struct Control {
+    file: File,
+}
+
+impl Control {
+    /// Opens the control device (devtmpfs makes it when `dm_mod` loads).
+    pub fn open(path: &Path) -> Result<Control, DmError> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|source| DmError::Open {
+                path: path.display().to_string(),
+                source,
+            })?;
+        Ok(Control { file })
+    }
+
+    fn call(&self, command: Command, name: &str, mut buf: Vec<u8>) -> Result<Vec<u8>, DmError> {
+        crate::sys::dm_ioctl(&self.file, command.request(), &mut buf).map_err(|source| {
+            DmError::Ioctl {
+                command,
+                name: name.to_owned(),
+                source,
+            }
+        })?;
+        Ok(buf)
+    }
+
+    /// Creates a read-only device `name` with `table` live (create, load, resume); returns
+    /// its device number.
+    pub fn create_readonly(
+        &self,
+        name: &str,
+        uuid: &str,
+        target: &str,
+        table: &Table,
+    ) -> Result<DevNum, DmError> {
+        let created = self.call(Command::Create, name, request(name, Some(uuid), 0, &[])?)?;
+        let dev = answered_dev(&created, Command::Create)?;
+        let load = request(name, None, READONLY, &[(target, table)])?;
+        self.call(Command::LoadTable, name, load)?;
+        self.call(Command::Resume, name, request(name, None, 0, &[])?)?;
+        Ok(dev)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_numbers_are_the_headers() {
+        // DM_DEV_CREATE, DM_DEV_SUSPEND and DM_TABLE_LOAD as strace prints them.
+        assert_eq!(Command::Create.request(), 0xc138_fd03);
+        assert_eq!(Command::Resume.request(), 0xc138_fd06);
+        assert_eq!(Command::LoadTable.request(), 0xc138_fd09);
+    }
+
+    #[test]
+    fn a_table_load_lays_out_header_and_target() {
+        let table = Table {
+            sectors: 800,
+            params: "1 254:16 254:32 4096 4096 100 1 sha256 ab -".into(),
+        };
+        let buf = request("root", None, READONLY, &[("verity", &table)]).unwrap();
+        let u32_at = |at: usize| u32::from_ne_bytes(buf[at..at + 4].try_into().unwrap());
+        assert_eq!((u32_at(0), u32_at(4), u32_at(8)), (4, 0, 0));
+        assert_eq!(u32_at(12) as usize, buf.len());
+        assert_eq!(u32_at(16) as usize, HEADER_LEN);
+        assert_eq!(u32_at(20), 1, "one target");
+        assert_eq!(u32_at(28), READONLY);
+        assert_eq!(&buf[48..53], b"root\0");
+        let spec = &buf[HEADER_LEN..];
+        assert_eq!(u64::from_ne_bytes(spec[0..8].try_into().unwrap()), 0);
+        assert_eq!(u64::from_ne_bytes(spec[8..16].try_into().unwrap()), 800);
+        let next = u32::from_ne_bytes(spec[20..24].try_into().unwrap()) as usize;
+        assert_eq!(next % 8, 0);
+        assert_eq!(
+            next,
+            SPEC_LEN + (table.params.len() + 1).next_multiple_of(8)
+        );
+        assert_eq!(&spec[24..31], b"verity\0");
+        assert_eq!(&spec[40..40 + table.params.len()], table.params.as_bytes());
+        assert_eq!(spec[40 + table.params.len()], 0);
+    }
+
+    #[test]
+    fn names_that_do_not_fit_are_refused() {
+        let long = "x".repeat(128);
+        assert!(matches!(
+            request(&long, None, 0, &[]),
+            Err(DmError::Field { what: "name", .. })
+        ));
+        assert!(matches!(
+            request("root", Some("a\0b"), 0, &[]),
+            Err(DmError::Field { what: "uuid", .. })
+        ));
+    }
+
+    #[test]
+    fn device_numbers_decode_as_the_kernel_encodes_them() {
+        let mut buf = vec![0u8; HEADER_LEN];
+        // new_encode_dev(MKDEV(254, 0x1234)): minor's low byte, major << 8, minor's rest << 12
+        let dev: u64 = 0x34 | (254 << 8) | (0x1200 << 12);
+        buf[40..48].copy_from_slice(&dev.to_ne_bytes());
+        assert_eq!(
+            answered_dev(&buf, Command::Create).unwrap(),
+            DevNum {
+                major: 254,
+                minor: 0x1234
+            }
+        );
+        buf[28..32].copy_from_slice(&BUFFER_FULL.to_ne_bytes());
+        assert!(answered_dev(&buf, Command::Create).is_err());
+    }
+}
