@@ -200,6 +200,11 @@ fn configure_root(spec: &BuildSpec, root: &Path) -> Result<Vec<u8>, BuildError> 
             "systemd-networkd.service",
         ],
     )?;
+    // Enabling networkd enables its generator of units from `ip=` on the kernel command line,
+    // which the image never uses (its uplink is `files/uplink.network`): one process less.
+    rootfs::remove_any(
+        &root.join("etc/systemd/system/sysinit.target.wants/systemd-network-generator.service"),
+    )?;
     // Mount points must exist on a read-only root (base-files would have made them).
     for dir in [
         "dev", "proc", "sys", "run", "tmp", "var", "mnt", "root", "home", "srv",
@@ -216,6 +221,11 @@ fn configure_root(spec: &BuildSpec, root: &Path) -> Result<Vec<u8>, BuildError> 
     let wants = root.join("usr/lib/systemd/system/local-fs.target.wants/tmp.mount");
     std::fs::create_dir_all(wants.parent().unwrap_or(root)).map_err(io(&wants))?;
     std::os::unix::fs::symlink("../tmp.mount", &wants).map_err(io(&wants))?;
+    // A server boots to multi-user.target; Debian's default is graphical.target, which only
+    // adds a display manager the node does not have.
+    let default = root.join("usr/lib/systemd/system/default.target");
+    rootfs::remove_any(&default)?;
+    std::os::unix::fs::symlink("multi-user.target", &default).map_err(io(&default))?;
     write_file(root, "etc/machine-id", b"", 0o444)?;
     // What systemd-sysv would provide: the initrd switches root into /sbin/init.
     let init = root.join("usr/sbin/init");

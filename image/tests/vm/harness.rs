@@ -604,7 +604,7 @@ impl Vm {
                 "-smp",
                 "1",
                 "-m",
-                "2048",
+                "1024",
                 "-no-reboot",
                 "-nodefaults",
             ])
@@ -640,7 +640,9 @@ impl Vm {
             ])
             .args([
                 "-device",
-                &format!("virtio-net-pci,netdev=n0,addr={NIC_SLOT}"),
+                // No option ROM: the node boots from its disk, never over the network (as a
+                // server with PXE off in its setup), and the firmware skips loading iPXE.
+                &format!("virtio-net-pci,netdev=n0,addr={NIC_SLOT},romfile="),
             ])
             .args(["-serial", &format!("file:{}", console.display())])
             .args([
