@@ -200,11 +200,6 @@ fn configure_root(spec: &BuildSpec, root: &Path) -> Result<Vec<u8>, BuildError> 
             "systemd-networkd.service",
         ],
     )?;
-    // Enabling networkd enables its generator of units from `ip=` on the kernel command line,
-    // which the image never uses (its uplink is `files/uplink.network`): one process less.
-    rootfs::remove_any(
-        &root.join("etc/systemd/system/sysinit.target.wants/systemd-network-generator.service"),
-    )?;
     // Mount points must exist on a read-only root (base-files would have made them).
     for dir in [
         "dev", "proc", "sys", "run", "tmp", "var", "mnt", "root", "home", "srv",

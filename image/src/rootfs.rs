@@ -169,13 +169,13 @@ pub const LEFT_OUT: &[&str] = &[
     "usr/sbin/agetty",
     "usr/bin/su",
     // udev reads only a compiled hwdb.bin, which nothing here compiles: the sources are dead
-    // weight (8.8 MB).
+    // weight (8.8 MB, in the initrd too).
     "usr/lib/udev/hwdb.d/",
     // udev rules and helpers for what a headless server has no use for (sound, cameras,
     // joysticks, mice and touchpads, input and video naming, FIDO keys, CD-ROMs, tapes, MTD
     // flash, USB autosuspend, btrfs, seats and their access lists, memory DIMM probing, the
     // e2scrub timer): udevd parses every rule at start and runs some of these helpers for each
-    // matching device. 60-input-id and 70-power-switch
+    // matching device, in the initrd and again in the root. 60-input-id and 70-power-switch
     // stay: they mark the power button, which logind watches.
     "usr/lib/udev/rules.d/60-autosuspend.rules",
     "usr/lib/udev/rules.d/60-cdrom_id.rules",
@@ -206,9 +206,8 @@ pub const LEFT_OUT: &[&str] = &[
     "usr/lib/udev/v4l_id",
     // Generators for what the image never has (SysV scripts, rc.local, hibernation, integrity
     // volumes, offline updates, units on the command line, automatic GPT discovery, which
-    // could otherwise mount an ESP it found), and verity volumes (the initrd, sovereign-init,
-    // has opened the root's already): each is a process at every boot. fstab and cryptsetup
-    // stay.
+    // could otherwise mount an ESP it found): each is a process at every boot, in the initrd
+    // and again in the root. fstab, cryptsetup and veritysetup stay.
     "usr/lib/systemd/system-generators/systemd-debug-generator",
     "usr/lib/systemd/system-generators/systemd-gpt-auto-generator",
     "usr/lib/systemd/system-generators/systemd-hibernate-resume-generator",
@@ -217,7 +216,6 @@ pub const LEFT_OUT: &[&str] = &[
     "usr/lib/systemd/system-generators/systemd-run-generator",
     "usr/lib/systemd/system-generators/systemd-system-update-generator",
     "usr/lib/systemd/system-generators/systemd-sysv-generator",
-    "usr/lib/systemd/system-generators/systemd-veritysetup-generator",
     // Boot units for what the node does not offer: foreign binaries (binfmt_misc), FUSE,
     // configfs, debugfs and tracefs mounts, huge pages, password prompts (it is headless),
     // first-boot and machine-id setup (its root is read-only), users made at boot (made at
@@ -236,12 +234,6 @@ pub const LEFT_OUT: &[&str] = &[
     "usr/lib/systemd/system/sysinit.target.wants/systemd-sysusers.service",
     "usr/lib/systemd/system/sysinit.target.wants/systemd-update-utmp.service",
     "usr/lib/systemd/system/sysinit.target.wants/integritysetup.target",
-    // /var is memory: there is no saved random seed to load (and none would survive) and no
-    // persistent journal to flush to; the modules' static device nodes are made by the
-    // modules themselves when they load (dm_mod in the initrd, loop at boot).
-    "usr/lib/systemd/system/sysinit.target.wants/systemd-random-seed.service",
-    "usr/lib/systemd/system/sysinit.target.wants/systemd-journal-flush.service",
-    "usr/lib/systemd/system/sysinit.target.wants/kmod-static-nodes.service",
     "usr/lib/systemd/system/multi-user.target.wants/systemd-ask-password-wall.path",
     "usr/lib/systemd/system/multi-user.target.wants/systemd-update-utmp-runlevel.service",
     "usr/lib/systemd/system/multi-user.target.wants/systemd-user-sessions.service",
