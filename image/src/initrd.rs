@@ -257,6 +257,34 @@ fn regular_files(dir: &Path) -> Result<Vec<PathBuf>, TreeError> {
 mod tests {
     use super::*;
 
+    /// Copies the host's file `from` to `tree/rel`.
+    fn put(tree: &Path, rel: &str, from: &Path) {
+        let to = tree.join(rel);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(from, &to).unwrap();
+    }
+
+    /// Copies the host's `program` (relative to `/`) into `tree` with the libraries it loads
+    /// (whatever they are here), under their real names and the names it asks for.
+    fn with_libraries(tree: &Path, program: &str) {
+        let host = Path::new("/");
+        put(tree, program, &host.join(program));
+        let mut queue = vec![PathBuf::from(program)];
+        while let Some(rel) = queue.pop() {
+            for lib in libraries(host, &resolve(host, &rel)).unwrap() {
+                let real = resolve(host, &lib);
+                if tree.join(&real).exists() {
+                    continue;
+                }
+                put(tree, real.to_str().unwrap(), &host.join(&real));
+                if real != lib && !tree.join(&lib).exists() {
+                    std::os::unix::fs::symlink(real.file_name().unwrap(), tree.join(&lib)).unwrap();
+                }
+                queue.push(real);
+            }
+        }
+    }
+
     /// A tree with the host's own `kmod` and its libraries (whatever they are here), a module
     /// and stray files: pruning keeps the program, its loader-visible closure and the kept
     /// trees, and nothing else.
@@ -269,27 +297,8 @@ mod tests {
         }
         let t = tempfile::tempdir().unwrap();
         let tree = t.path();
-        let put = |rel: &str, from: &Path| {
-            let to = tree.join(rel);
-            std::fs::create_dir_all(to.parent().unwrap()).unwrap();
-            std::fs::copy(from, &to).unwrap();
-        };
-        put("usr/bin/kmod", kmod);
-        let host = Path::new("/");
-        let mut queue = vec![PathBuf::from("usr/bin/kmod")];
-        while let Some(rel) = queue.pop() {
-            for lib in libraries(host, &resolve(host, &rel)).unwrap() {
-                let real = resolve(host, &lib);
-                if tree.join(&real).exists() {
-                    continue;
-                }
-                put(real.to_str().unwrap(), &host.join(&real));
-                if real != lib && !tree.join(&lib).exists() {
-                    std::os::unix::fs::symlink(real.file_name().unwrap(), tree.join(&lib)).unwrap();
-                }
-                queue.push(real);
-            }
-        }
+        let put = |rel: &str, from: &Path| put(tree, rel, from);
+        with_libraries(tree, "usr/bin/kmod");
         put("usr/bin/stray", kmod);
         put("usr/share/doc/readme", kmod);
         put("etc/gone.conf", kmod);
@@ -321,22 +330,8 @@ mod tests {
         }
         let t = tempfile::tempdir().unwrap();
         let tree = t.path();
-        let put = |rel: &str, from: &Path| {
-            let to = tree.join(rel);
-            std::fs::create_dir_all(to.parent().unwrap()).unwrap();
-            std::fs::copy(from, &to).unwrap();
-        };
-        let host = Path::new("/");
-        let mut queue = vec![PathBuf::from("usr/bin/true")];
-        while let Some(rel) = queue.pop() {
-            for lib in libraries(host, &resolve(host, &rel)).unwrap() {
-                let real = resolve(host, &lib);
-                if !tree.join(&real).exists() {
-                    put(real.to_str().unwrap(), &host.join(&real));
-                    queue.push(real);
-                }
-            }
-        }
+        let put = |rel: &str, from: &Path| put(tree, rel, from);
+        with_libraries(tree, "usr/bin/true");
         put("usr/lib/modules/6.1.0-x/kernel/fs/erofs/erofs.ko", program);
         put("usr/bin/stray", program);
         put("usr/share/doc/readme", program);
