@@ -76,6 +76,14 @@ pub enum InitError {
         /// How long the init waited.
         secs: u64,
     },
+    /// The verity device's node could not be made.
+    #[error("making the device node {path}")]
+    Node {
+        /// The node.
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
     /// The hash device's superblock is not the image's.
     #[error("the root's hash tree on {device}")]
     Verity {
@@ -132,9 +140,10 @@ pub fn run() -> Result<Infallible, InitError> {
     switch_root(Path::new(SYSROOT))
 }
 
-fn read(path: &str) -> Result<String, InitError> {
+fn read(path: impl AsRef<Path>) -> Result<String, InitError> {
+    let path = path.as_ref();
     std::fs::read_to_string(path).map_err(|source| InitError::Read {
-        path: path.into(),
+        path: path.to_owned(),
         source,
     })
 }
@@ -175,7 +184,7 @@ fn load_modules(say: &dyn Fn(&str)) -> Result<(), InitError> {
         .to_string_lossy()
         .into_owned();
     let dir = PathBuf::from("/usr/lib/modules").join(&release);
-    let dep = read(&dir.join("modules.dep").display().to_string())?;
+    let dep = read(dir.join("modules.dep"))?;
     // Absent when nothing the list names is built in.
     let builtin = std::fs::read_to_string(dir.join("modules.builtin")).unwrap_or_default();
     let wanted = kmod::names(&read(MODULE_LIST)?);
@@ -301,7 +310,7 @@ fn open_verity(spec: &RootSpec, data: &Path, hash: &Path) -> Result<PathBuf, Ini
         rustix::fs::Mode::from_raw_mode(0o600),
         rustix::fs::makedev(dev.major, dev.minor),
     );
-    mknod.map_err(|e| InitError::Read {
+    mknod.map_err(|e| InitError::Node {
         path: node.clone(),
         source: e.into(),
     })?;
