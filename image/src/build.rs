@@ -200,6 +200,13 @@ fn configure_root(spec: &BuildSpec, root: &Path) -> Result<Vec<u8>, BuildError> 
             "systemd-networkd.service",
         ],
     )?;
+    // Enabling networkd enables its command-line generator too, but the uplink's
+    // configuration is a file of the image, never the command line. logind (kept for the
+    // power button) wants the DRM module loaded, for seats with displays the node has none of.
+    rootfs::mask_units(
+        root,
+        &["systemd-network-generator.service", "modprobe@drm.service"],
+    )?;
     // Mount points must exist on a read-only root (base-files would have made them).
     for dir in [
         "dev", "proc", "sys", "run", "tmp", "var", "mnt", "root", "home", "srv",

@@ -206,8 +206,9 @@ pub const LEFT_OUT: &[&str] = &[
     "usr/lib/udev/v4l_id",
     // Generators for what the image never has (SysV scripts, rc.local, hibernation, integrity
     // volumes, offline updates, units on the command line, automatic GPT discovery, which
-    // could otherwise mount an ESP it found): each is a process at every boot, in the initrd
-    // and again in the root. fstab, cryptsetup and veritysetup stay.
+    // could otherwise mount an ESP it found), and verity volumes (sovereign-init, the initrd,
+    // has opened the root's already: systemd's would start a service that finds it active):
+    // each is a process at every boot. fstab and cryptsetup stay.
     "usr/lib/systemd/system-generators/systemd-debug-generator",
     "usr/lib/systemd/system-generators/systemd-gpt-auto-generator",
     "usr/lib/systemd/system-generators/systemd-hibernate-resume-generator",
@@ -216,6 +217,7 @@ pub const LEFT_OUT: &[&str] = &[
     "usr/lib/systemd/system-generators/systemd-run-generator",
     "usr/lib/systemd/system-generators/systemd-system-update-generator",
     "usr/lib/systemd/system-generators/systemd-sysv-generator",
+    "usr/lib/systemd/system-generators/systemd-veritysetup-generator",
     // Boot units for what the node does not offer: foreign binaries (binfmt_misc), FUSE,
     // configfs, debugfs and tracefs mounts, huge pages, password prompts (it is headless),
     // first-boot and machine-id setup (its root is read-only), users made at boot (made at
@@ -234,6 +236,14 @@ pub const LEFT_OUT: &[&str] = &[
     "usr/lib/systemd/system/sysinit.target.wants/systemd-sysusers.service",
     "usr/lib/systemd/system/sysinit.target.wants/systemd-update-utmp.service",
     "usr/lib/systemd/system/sysinit.target.wants/integritysetup.target",
+    // /var is memory: no saved random seed to load (none would survive the boot; the kernel
+    // seeds itself from the CPU's and the TPM's generators) and no persistent journal to
+    // flush to. systemd-repart runs on the state disk only, in the node's own unit; the stock
+    // unit, for the root disk, would load modules that are loaded already (`loop` by
+    // modules-load.d, `dm_mod` in the initrd).
+    "usr/lib/systemd/system/sysinit.target.wants/systemd-random-seed.service",
+    "usr/lib/systemd/system/sysinit.target.wants/systemd-journal-flush.service",
+    "usr/lib/systemd/system/sysinit.target.wants/systemd-repart.service",
     "usr/lib/systemd/system/multi-user.target.wants/systemd-ask-password-wall.path",
     "usr/lib/systemd/system/multi-user.target.wants/systemd-update-utmp-runlevel.service",
     "usr/lib/systemd/system/multi-user.target.wants/systemd-user-sessions.service",
@@ -261,6 +271,16 @@ pub fn sysusers(root: &Path, epoch: u64) -> Result<(), TreeError> {
 /// `ldconfig -r`: the dynamic linker's cache for the tree's libraries.
 pub fn ldconfig(root: &Path) -> Result<(), TreeError> {
     run(Command::new("ldconfig").arg("-r").arg(root)).map(|_| ())
+}
+
+/// Masks units as `systemctl mask` would (a link to /dev/null in /etc), offline: whatever
+/// wants them, they never start.
+pub fn mask_units(root: &Path, units: &[&str]) -> Result<(), TreeError> {
+    run(Command::new("systemctl")
+        .arg(format!("--root={}", root.display()))
+        .arg("mask")
+        .args(units))
+    .map(|_| ())
 }
 
 /// Enables units as `systemctl enable` would (their `[Install]` sections), offline.
