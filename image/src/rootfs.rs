@@ -276,18 +276,19 @@ pub fn ldconfig(root: &Path) -> Result<(), TreeError> {
 /// Masks units as `systemctl mask` would (a link to /dev/null in /etc), offline: whatever
 /// wants them, they never start.
 pub fn mask_units(root: &Path, units: &[&str]) -> Result<(), TreeError> {
-    run(Command::new("systemctl")
-        .arg(format!("--root={}", root.display()))
-        .arg("mask")
-        .args(units))
-    .map(|_| ())
+    systemctl_offline(root, "mask", units)
 }
 
 /// Enables units as `systemctl enable` would (their `[Install]` sections), offline.
 pub fn enable_units(root: &Path, units: &[&str]) -> Result<(), TreeError> {
+    systemctl_offline(root, "enable", units)
+}
+
+/// `systemctl --root=ROOT VERB UNITS…`: unit links made in the tree, no systemd asked.
+fn systemctl_offline(root: &Path, verb: &str, units: &[&str]) -> Result<(), TreeError> {
     run(Command::new("systemctl")
         .arg(format!("--root={}", root.display()))
-        .arg("enable")
+        .arg(verb)
         .args(units))
     .map(|_| ())
 }
