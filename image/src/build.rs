@@ -127,6 +127,7 @@ pub fn build(spec: &BuildSpec) -> Result<Built, BuildError> {
     }
     let kernel = configure_root(spec, &root)?;
     let initrd = make_initrd(spec, &root, &work.join("initrd"))?;
+    let hostd_digest = apt::sha256_file(&root.join(HOSTD))?;
     let (root_img, verity_img, root_hash) = make_root(spec, &root)?;
     let cmdline = cmdline(spec, &root_hash);
     let osrel = os_release(spec);
@@ -147,7 +148,7 @@ pub fn build(spec: &BuildSpec) -> Result<Built, BuildError> {
     let uki_path = spec.out.join("uki.efi");
     std::fs::write(&uki_path, &uki).map_err(io(&uki_path))?;
     let esp = make_esp(spec, &uki_path)?;
-    let manifest = manifest(spec, &sections, &root_hash, &uki)?;
+    let manifest = manifest(spec, &sections, &root_hash, &uki, hostd_digest)?;
     rootfs::remove_any(&work)?;
     Ok(Built {
         uki: uki_path,
@@ -240,10 +241,31 @@ fn read(path: &Path) -> Result<Vec<u8>, TreeError> {
     std::fs::read(path).map_err(io(path))
 }
 
+/// Where the image has hostd.
+const HOSTD: &str = "usr/bin/hostd";
+
+/// Copies hostd into the root without its debug information, as the initrd's init is: the
+/// node has no debugger to use it, and hostd hashes its own binary as it starts (the
+/// attestation's `hostd` measurement), under emulation seconds of CPU for a debug build's
+/// hundreds of megabytes. The manifest's digest is of the binary as installed.
+fn install_hostd(spec: &BuildSpec, root: &Path) -> Result<(), BuildError> {
+    use std::os::unix::fs::PermissionsExt;
+    let dest = root.join(HOSTD);
+    if let Some(dir) = dest.parent() {
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+    }
+    run(Command::new("objcopy")
+        .arg("--strip-debug")
+        .arg(&spec.hostd)
+        .arg(&dest))?;
+    std::fs::set_permissions(&dest, std::fs::Permissions::from_mode(0o755)).map_err(io(&dest))?;
+    Ok(())
+}
+
 /// hostd, its units and the image's configuration files.
 fn install_files(spec: &BuildSpec, root: &Path) -> Result<(), BuildError> {
     let f = |name: &str| read(&spec.files.join(name));
-    write_file(root, "usr/bin/hostd", &read(&spec.hostd)?, 0o755)?;
+    install_hostd(spec, root)?;
     write_file(
         root,
         "usr/lib/systemd/system/hostd.service",
@@ -623,6 +645,7 @@ fn manifest(
     sections: &[(Section, &[u8])],
     root_hash: &str,
     uki: &[u8],
+    hostd: [u8; 32],
 ) -> Result<ImageManifest, BuildError> {
     let phases = predict_pcr11(sections);
     let ready = phases
@@ -630,7 +653,7 @@ fn manifest(
         .ok_or_else(|| BuildError::Input("no PCR 11 prediction".into()))?;
     let mut measurements = BTreeMap::new();
     measurements.insert("pcr.11".to_owned(), ready.pcr11);
-    measurements.insert("hostd".to_owned(), apt::sha256_file(&spec.hostd)?);
+    measurements.insert("hostd".to_owned(), hostd);
     let mut components = BTreeMap::new();
     for (s, data) in sections {
         components.insert(format!("uki{}", s.name()), sha256(data));
