@@ -57,8 +57,11 @@ pub const ROOT_MODULES: &[&str] = &[
 
 /// Modules the root loads at boot (`modules-load.d`) rather than on the kernel's request:
 /// the state disk is opened before anything would ask, and a request that finds no module
-/// fails with a bare ENOENT (as dm-crypt's `xts(aes)` did).
+/// fails with a bare ENOENT (as dm-crypt's `xts(aes)` did). `button` is the ACPI power
+/// button's driver, which udev's coldplug would otherwise load: the coldplug skips the
+/// firmware's device tree (`image/files/udev-coldplug.conf`).
 pub const ROOT_PRELOAD: &[&str] = &[
+    "button",
     "loop",
     "dm_crypt",
     "xts",
