@@ -59,8 +59,37 @@ pub struct NewTenant {
     pub contact: String,
 }
 
+/// Why a tenant's fields, or an id, were refused. The message is a sentence for the client
+/// that sent them.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Invalid {
+    /// An id outside the safe alphabet or length.
+    #[error(
+        "{kind} id `{id}` must be 1-64 characters of a-z 0-9 - _ and start with a letter or digit"
+    )]
+    Id {
+        /// What the id names: `tenant`, `lease`, `job`.
+        kind: &'static str,
+        /// The id as given.
+        id: String,
+    },
+    /// Not shaped as an ISO 3166 code.
+    #[error("jurisdiction `{code}` is not an ISO 3166 code such as IN or IN-TG")]
+    Jurisdiction {
+        /// The code as given.
+        code: String,
+    },
+    /// A blank name, or one over 200 bytes.
+    #[error("tenant name must be 1-200 characters")]
+    Name,
+    /// A contact over 200 bytes.
+    #[error("contact must be at most 200 characters")]
+    Contact,
+}
+
 /// Ids appear in certificate URIs, sled keys and log lines: keep them to a safe alphabet.
-pub fn validate_id(kind: &str, id: &str) -> Result<(), String> {
+pub fn validate_id(kind: &'static str, id: &str) -> Result<(), Invalid> {
     let ok = !id.is_empty()
         && id.len() <= 64
         && id
@@ -70,15 +99,16 @@ pub fn validate_id(kind: &str, id: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "{kind} id `{id}` must be 1-64 characters of a-z 0-9 - _ and start with a letter or digit"
-        ))
+        Err(Invalid::Id {
+            kind,
+            id: id.to_owned(),
+        })
     }
 }
 
 /// ISO 3166-1 alpha-2 (`IN`) or ISO 3166-2 (`IN-TG`) shape. The policy engine validates
 /// codes against its tables; this only keeps junk out of the store.
-pub fn validate_jurisdiction(code: &str) -> Result<(), String> {
+pub fn validate_jurisdiction(code: &str) -> Result<(), Invalid> {
     let (cc, sub) = match code.split_once('-') {
         Some((c, s)) => (c, Some(s)),
         None => (code, None),
@@ -92,23 +122,23 @@ pub fn validate_jurisdiction(code: &str) -> Result<(), String> {
     if cc_ok && sub_ok {
         Ok(())
     } else {
-        Err(format!(
-            "jurisdiction `{code}` is not an ISO 3166 code such as IN or IN-TG"
-        ))
+        Err(Invalid::Jurisdiction {
+            code: code.to_owned(),
+        })
     }
 }
 
 impl NewTenant {
     /// Checks the body's shape before it is stored: a valid id and jurisdiction, a non-blank
-    /// name and a contact of at most 200 bytes each. The error is a sentence for the client.
-    pub fn validate(&self) -> Result<(), String> {
+    /// name and a contact of at most 200 bytes each.
+    pub fn validate(&self) -> Result<(), Invalid> {
         validate_id("tenant", &self.id)?;
         if self.name.trim().is_empty() || self.name.len() > 200 {
-            return Err("tenant name must be 1-200 characters".into());
+            return Err(Invalid::Name);
         }
         validate_jurisdiction(&self.jurisdiction)?;
         if self.contact.len() > 200 {
-            return Err("contact must be at most 200 characters".into());
+            return Err(Invalid::Contact);
         }
         Ok(())
     }
@@ -130,5 +160,38 @@ mod tests {
         for bad in ["in", "IND", "IN-", "IN-TGXX", "I-N"] {
             assert!(validate_jurisdiction(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_refused_tenant_says_which_field_and_why() {
+        let tenant = |id: &str, name: &str, jurisdiction: &str, contact: &str| NewTenant {
+            id: id.into(),
+            name: name.into(),
+            jurisdiction: jurisdiction.into(),
+            contact: contact.into(),
+        };
+        assert_eq!(tenant("hyd", "Hyd Speech", "IN-TG", "").validate(), Ok(()));
+        assert_eq!(
+            tenant("Hyd", "Hyd Speech", "IN-TG", "").validate(),
+            Err(Invalid::Id {
+                kind: "tenant",
+                id: "Hyd".into()
+            })
+        );
+        assert_eq!(
+            tenant("hyd", " ", "IN-TG", "").validate(),
+            Err(Invalid::Name)
+        );
+        let e = tenant("hyd", "Hyd Speech", "india", "")
+            .validate()
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "jurisdiction `india` is not an ISO 3166 code such as IN or IN-TG"
+        );
+        assert_eq!(
+            tenant("hyd", "Hyd Speech", "IN", &"x".repeat(201)).validate(),
+            Err(Invalid::Contact)
+        );
     }
 }

@@ -698,12 +698,25 @@ mod ser {
 pub mod hex_bytes {
     use serde::{de::Error, Deserialize, Deserializer, Serializer};
 
+    /// Why a string is not lowercase hex.
+    #[derive(Debug, thiserror::Error, PartialEq)]
+    #[non_exhaustive]
+    pub enum HexError {
+        /// Upper-case digits: valid hex, but a second spelling of the same bytes, which would
+        /// let two documents with different bytes carry the same value.
+        #[error("hex must be lowercase")]
+        UpperCase,
+        /// Not hex at all (an odd length, or a character outside 0-9 a-f).
+        #[error("bad hex")]
+        Malformed(#[source] hex::FromHexError),
+    }
+
     /// Decode strictly lowercase hex.
-    pub fn parse(s: &str) -> Result<Vec<u8>, String> {
+    pub fn parse(s: &str) -> Result<Vec<u8>, HexError> {
         if s.bytes().any(|b| b.is_ascii_uppercase()) {
-            return Err("hex must be lowercase".into());
+            return Err(HexError::UpperCase);
         }
-        hex::decode(s).map_err(|e| format!("bad hex: {e}"))
+        hex::decode(s).map_err(HexError::Malformed)
     }
 
     /// Serialize a byte slice as lowercase hex.
@@ -714,7 +727,7 @@ pub mod hex_bytes {
     /// Deserialize a `Vec<u8>` from lowercase hex.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
         let s = String::deserialize(d)?;
-        parse(&s).map_err(D::Error::custom)
+        parse(&s).map_err(|e| D::Error::custom(crate::report::report(&e)))
     }
 
     /// Fixed-size arrays (digests, keys, nonces, signatures).
@@ -734,7 +747,7 @@ pub mod hex_bytes {
             d: D,
         ) -> Result<[u8; N], D::Error> {
             let s = String::deserialize(d)?;
-            let v = super::parse(&s).map_err(D::Error::custom)?;
+            let v = super::parse(&s).map_err(|e| D::Error::custom(crate::report::report(&e)))?;
             <[u8; N]>::try_from(v.as_slice())
                 .map_err(|_| D::Error::custom(format!("expected {N} bytes, got {}", v.len())))
         }
@@ -757,7 +770,7 @@ pub mod hex_bytes {
         /// Deserialize an optional lowercase hex string.
         pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
             Option::<String>::deserialize(d)?
-                .map(|s| super::parse(&s).map_err(D::Error::custom))
+                .map(|s| super::parse(&s).map_err(|e| D::Error::custom(crate::report::report(&e))))
                 .transpose()
         }
     }
@@ -786,7 +799,8 @@ pub mod hex_bytes {
             let raw = BTreeMap::<String, String>::deserialize(d)?;
             let mut out = BTreeMap::new();
             for (k, v) in raw {
-                let bytes = super::parse(&v).map_err(D::Error::custom)?;
+                let bytes =
+                    super::parse(&v).map_err(|e| D::Error::custom(crate::report::report(&e)))?;
                 let arr = <[u8; 32]>::try_from(bytes.as_slice())
                     .map_err(|_| D::Error::custom(format!("digest for {k:?} is not 32 bytes")))?;
                 out.insert(k, arr);
@@ -800,6 +814,29 @@ pub mod hex_bytes {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn hex_has_one_spelling_and_says_why_another_is_refused() {
+        assert_eq!(hex_bytes::parse("00ff").unwrap(), vec![0, 255]);
+        assert_eq!(
+            hex_bytes::parse("00FF"),
+            Err(hex_bytes::HexError::UpperCase)
+        );
+        assert!(matches!(
+            hex_bytes::parse("0"),
+            Err(hex_bytes::HexError::Malformed(hex::FromHexError::OddLength))
+        ));
+        #[derive(Debug, serde::Deserialize)]
+        struct Doc {
+            #[serde(with = "hex_bytes")]
+            _b: Vec<u8>,
+        }
+        let e = serde_json::from_str::<Doc>(r#"{"_b":"0g"}"#).unwrap_err();
+        assert!(
+            e.to_string().starts_with("bad hex: Invalid character 'g'"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn sorts_and_escapes() {

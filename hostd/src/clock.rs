@@ -107,16 +107,28 @@ pub fn rfc3339_ms(ms: i64) -> String {
     }
 }
 
+/// Why a text is not a time [`parse_time_ms`] accepts. The message is a sentence for the
+/// client that sent it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BadTime {
+    /// Neither of the two accepted shapes.
+    #[error("`{0}` is neither RFC 3339 nor YYYY-MM-DD")]
+    Shape(String),
+    /// A valid time whose milliseconds since 1970 do not fit an `i64`.
+    #[error("`{0}` is out of range")]
+    OutOfRange(String),
+}
+
 /// Parses RFC 3339 (any offset) or a plain date `YYYY-MM-DD` (midnight UTC) into Unix ms.
-pub fn parse_time_ms(s: &str) -> Result<i64, String> {
+pub fn parse_time_ms(s: &str) -> Result<i64, BadTime> {
     use time::format_description::well_known::Rfc3339;
     if let Ok(t) = time::OffsetDateTime::parse(s, &Rfc3339) {
         return i64::try_from(t.unix_timestamp_nanos() / 1_000_000)
-            .map_err(|_| format!("`{s}` is out of range"));
+            .map_err(|_| BadTime::OutOfRange(s.to_owned()));
     }
     let fmt = time::macros::format_description!("[year]-[month]-[day]");
-    let d = time::Date::parse(s, &fmt)
-        .map_err(|_| format!("`{s}` is neither RFC 3339 nor YYYY-MM-DD"))?;
+    let d = time::Date::parse(s, &fmt).map_err(|_| BadTime::Shape(s.to_owned()))?;
     Ok(d.midnight().assume_utc().unix_timestamp() * 1000)
 }
 
@@ -168,7 +180,10 @@ mod tests {
         assert_eq!(rfc3339_ms(1_500), "1970-01-01T00:00:01.500Z");
         assert_eq!(parse_time_ms("1970-01-02").unwrap(), 86_400_000);
         assert_eq!(parse_time_ms("1970-01-01T01:00:00+01:00").unwrap(), 0);
-        assert!(parse_time_ms("yesterday").is_err());
+        assert_eq!(
+            parse_time_ms("yesterday"),
+            Err(BadTime::Shape("yesterday".into()))
+        );
         assert_eq!(next_hour_ms(0), 3_600_000);
         assert_eq!(next_hour_ms(3_600_000), 7_200_000);
     }

@@ -303,16 +303,19 @@ pub enum TpmSetting {
     Device(PathBuf),
 }
 
+/// A `tpm` setting that is none of `auto`, `off` or an absolute device path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("tpm = {0:?}: expected \"auto\", \"off\" or an absolute device path")]
+pub struct BadTpmSetting(pub String);
+
 impl TryFrom<String> for TpmSetting {
-    type Error = String;
-    fn try_from(s: String) -> Result<Self, String> {
+    type Error = BadTpmSetting;
+    fn try_from(s: String) -> Result<Self, BadTpmSetting> {
         match s.as_str() {
             "auto" => Ok(Self::Auto),
             "off" => Ok(Self::Off),
             p if Path::new(p).is_absolute() => Ok(Self::Device(PathBuf::from(p))),
-            other => Err(format!(
-                "tpm = {other:?}: expected \"auto\", \"off\" or an absolute device path"
-            )),
+            _ => Err(BadTpmSetting(s)),
         }
     }
 }
@@ -338,20 +341,55 @@ impl TpmSetting {
     }
 }
 
+/// A configured verifier key that cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BadVerifierKey {
+    /// Not 32 bytes of hex.
+    #[error("`{key}` is not 64 hex digits")]
+    NotHex {
+        /// The key as configured.
+        key: String,
+    },
+    /// 32 bytes, but not a valid Ed25519 public key.
+    #[error("`{key}` is not a usable Ed25519 key")]
+    NotEd25519 {
+        /// The key as configured.
+        key: String,
+        /// Why the bytes are refused.
+        #[source]
+        source: attest::identity::IdentityError,
+    },
+}
+
 impl AttestationConfig {
     /// The configured verifier keys, parsed (validated when the config is loaded).
-    pub fn verifier_keys(&self) -> Result<Vec<ed25519_dalek::VerifyingKey>, String> {
+    pub fn verifier_keys(&self) -> Result<Vec<ed25519_dalek::VerifyingKey>, BadVerifierKey> {
         self.verifier_keys
             .iter()
             .map(|k| {
                 let mut b = [0u8; 32];
                 hex::decode_to_slice(k.trim(), &mut b)
-                    .map_err(|_| format!("`{k}` is not 64 hex digits"))?;
-                attest::identity::verifying_key(&b)
-                    .map_err(|e| format!("`{k}` is not a usable Ed25519 key: {e}", e = report(&e)))
+                    .map_err(|_| BadVerifierKey::NotHex { key: k.clone() })?;
+                attest::identity::verifying_key(&b).map_err(|source| BadVerifierKey::NotEd25519 {
+                    key: k.clone(),
+                    source,
+                })
             })
             .collect()
     }
+}
+
+/// Why a text is not an amount of rupees.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BadAmount {
+    /// Not digits with at most two decimals (a sign, a third decimal, letters, nothing).
+    #[error("`{0}` is not an amount in rupees with at most two decimals")]
+    NotAnAmount(String),
+    /// More paise than a `u64` holds.
+    #[error("`{0}` is too large")]
+    TooLarge(String),
 }
 
 /// An amount of rupees with at most two decimals, kept as integer paise.
@@ -364,7 +402,7 @@ impl Rupees {
     }
 
     /// Parses `250`, `250.5`, `250.50`; rejects negatives, more than two decimals, garbage.
-    pub fn parse(s: &str) -> Result<Rupees, String> {
+    pub fn parse(s: &str) -> Result<Rupees, BadAmount> {
         let s = s.trim();
         let (whole, frac) = match s.split_once('.') {
             Some((w, f)) => (w, Some(f)),
@@ -372,11 +410,11 @@ impl Rupees {
         };
         let digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
         if !digits(whole) || frac.is_some_and(|f| !digits(f) || f.len() > 2) {
-            return Err(format!(
-                "`{s}` is not an amount in rupees with at most two decimals"
-            ));
+            return Err(BadAmount::NotAnAmount(s.to_owned()));
         }
-        let whole: u64 = whole.parse().map_err(|_| format!("`{s}` is too large"))?;
+        let whole: u64 = whole
+            .parse()
+            .map_err(|_| BadAmount::TooLarge(s.to_owned()))?;
         let frac = frac.unwrap_or("");
         let frac_paise: u64 = match frac.len() {
             0 => 0,
@@ -387,7 +425,7 @@ impl Rupees {
             .checked_mul(100)
             .and_then(|p| p.checked_add(frac_paise))
             .map(Rupees)
-            .ok_or_else(|| format!("`{s}` is too large"))
+            .ok_or_else(|| BadAmount::TooLarge(s.to_owned()))
     }
 }
 
@@ -520,8 +558,8 @@ impl Config {
                 "a policy file needs the policy authority's key: the node runs signed policies only".into(),
             ));
         }
-        if let Err(m) = self.attestation.verifier_keys() {
-            return Err(invalid("attestation.verifier_keys", m));
+        if let Err(e) = self.attestation.verifier_keys() {
+            return Err(invalid("attestation.verifier_keys", report(&e).to_string()));
         }
         if self.api.max_body_bytes < 1024 || self.api.max_body_bytes > 16 * 1024 * 1024 {
             return Err(invalid(
@@ -658,8 +696,19 @@ L4 = 60
         assert_eq!(Rupees::parse("250").unwrap().paise(), 25_000);
         assert_eq!(Rupees::parse("0.5").unwrap().paise(), 50);
         assert_eq!(Rupees::parse("12.34").unwrap().to_string(), "12.34");
-        for bad in ["", "-1", "1.234", "abc", "1.", ".5", "99999999999999999999"] {
-            assert!(Rupees::parse(bad).is_err(), "{bad}");
+        for bad in ["", "-1", "1.234", "abc", "1.", ".5"] {
+            assert_eq!(
+                Rupees::parse(bad),
+                Err(BadAmount::NotAnAmount(bad.into())),
+                "{bad}"
+            );
+        }
+        for huge in ["99999999999999999999", "184467440737095516.16"] {
+            assert_eq!(
+                Rupees::parse(huge),
+                Err(BadAmount::TooLarge(huge.into())),
+                "{huge}"
+            );
         }
     }
 }

@@ -363,7 +363,7 @@ pub fn workloads(
         )
     };
     if let Err(why) = crate::workload::runner::check_work_dir(&cfg.workloads.work_dir) {
-        return off(why);
+        return off(why.to_string());
     }
     if let Err(e) = std::fs::create_dir_all(&cfg.workloads.work_dir) {
         return off(format!(

@@ -373,9 +373,9 @@ impl Gpus {
                 uuid: uuid.into(),
                 message: "certificate chain size exceeds the buffer".into(),
             })?;
-        let chain = pem_certificates(pem).map_err(|message| GpuError::BadAttestation {
+        let chain = pem_certificates(pem).map_err(|e| GpuError::BadAttestation {
             uuid: uuid.into(),
-            message,
+            message: attest::report::report(&e).to_string(),
         })?;
         Ok(Some(GpuAttestation {
             spdm,
@@ -393,16 +393,25 @@ pub struct GpuAttestation {
     pub cert_chain: Vec<Vec<u8>>,
 }
 
+/// Why NVML's certificate chain was refused.
+#[derive(Debug, thiserror::Error)]
+enum BadChain {
+    #[error("certificate chain is not PEM")]
+    NotPem(#[source] std::io::Error),
+    #[error("certificate chain holds no certificate")]
+    Empty,
+}
+
 /// DER certificates from NVML's PEM chain (concatenated `CERTIFICATE` blocks).
-fn pem_certificates(pem: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+fn pem_certificates(pem: &[u8]) -> Result<Vec<Vec<u8>>, BadChain> {
     let mut reader = std::io::BufReader::new(pem);
     let mut out = Vec::new();
     for item in rustls_pemfile::certs(&mut reader) {
-        let der = item.map_err(|e| format!("certificate chain is not PEM: {e}", e = report(&e)))?;
+        let der = item.map_err(BadChain::NotPem)?;
         out.push(der.as_ref().to_vec());
     }
     if out.is_empty() {
-        return Err("certificate chain holds no certificate".into());
+        return Err(BadChain::Empty);
     }
     Ok(out)
 }

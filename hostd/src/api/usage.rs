@@ -176,7 +176,7 @@ pub(super) async fn bill(
         s.as_deref()
             .map(parse_time_ms)
             .transpose()
-            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e))
+            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.to_string()))
     };
     let (from_ms, to_ms) = (parse(&q.from)?, parse(&q.to)?);
     // One pass over a snapshot: every record checked against the signed root, the tenant's

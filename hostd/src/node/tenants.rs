@@ -4,7 +4,8 @@ use super::*;
 
 impl Node {
     pub fn create_tenant(&self, req: NewTenant) -> Result<Tenant, NodeError> {
-        req.validate().map_err(NodeError::BadRequest)?;
+        req.validate()
+            .map_err(|e| NodeError::BadRequest(e.to_string()))?;
         let _w = lock(&self.write);
         if self.tenants.get::<Tenant>(&req.id)?.is_some() {
             return Err(NodeError::Conflict(format!(

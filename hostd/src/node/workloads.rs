@@ -49,7 +49,7 @@ impl Node {
             ("lease", &cursor.lease),
             ("tenant", &cursor.tenant),
         ] {
-            validate_id(kind, id).map_err(NodeError::BadRequest)?;
+            validate_id(kind, id).map_err(|e| NodeError::BadRequest(e.to_string()))?;
         }
         let _w = lock(&self.write);
         let key = LeasesKey::JobCursor { job: &cursor.job }.key();
@@ -157,7 +157,7 @@ impl Node {
     /// now, in one intent like every record. Returns the record's id.
     pub fn record_transfer(&self, t: &TransferFacts) -> Result<u64, NodeError> {
         for (kind, id) in [("lease", &t.lease), ("tenant", &t.tenant)] {
-            validate_id(kind, id).map_err(NodeError::BadRequest)?;
+            validate_id(kind, id).map_err(|e| NodeError::BadRequest(e.to_string()))?;
         }
         let _w = lock(&self.write);
         let rec = |id| {

@@ -111,7 +111,7 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
         cfg: WorkloadConfig,
         paths: Paths,
     ) -> Result<Jobs<U, F>, NodeError> {
-        check_work_dir(&paths.work).map_err(NodeError::Unavailable)?;
+        check_work_dir(&paths.work).map_err(|e| NodeError::Unavailable(e.to_string()))?;
         let tree = node.store().tree("jobs")?;
         let uid_tree = node.store().tree("job_uids")?;
         let range = UidRange {
@@ -1004,14 +1004,19 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
 /// walks its whole tree).
 pub const QUOTA_EVERY: Duration = Duration::from_secs(10);
 
+/// A work directory that every job's private `/tmp` would hide.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the work directory {} is under /tmp or /var/tmp, which every job's private /tmp hides; choose one elsewhere (hostd dev: a --dir outside /tmp)",
+    .0.display()
+)]
+pub struct WorkDirHidden(pub PathBuf);
+
 /// A work directory under `/tmp` or `/var/tmp` is hidden from every job by its `PrivateTmp`
 /// (systemd then fails the job with 226/NAMESPACE): refused with a sentence saying so.
-pub fn check_work_dir(work: &Path) -> Result<(), String> {
+pub fn check_work_dir(work: &Path) -> Result<(), WorkDirHidden> {
     if ["/tmp", "/var/tmp"].iter().any(|t| work.starts_with(t)) {
-        return Err(format!(
-            "the work directory {} is under /tmp or /var/tmp, which every job's private /tmp hides; choose one elsewhere (hostd dev: a --dir outside /tmp)",
-            work.display()
-        ));
+        return Err(WorkDirHidden(work.to_owned()));
     }
     Ok(())
 }
