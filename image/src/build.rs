@@ -425,6 +425,11 @@ fn install_state_disk(spec: &BuildSpec, root: &Path) -> Result<(), BuildError> {
          After={device_unit}\n\
          Before=systemd-cryptsetup@sovstate.service systemd-pcrphase-sysinit.service sysinit.target shutdown.target\n\
          Conflicts=shutdown.target\n\
+         # Once made, the partition stays: on every later boot its link is there by the time\n\
+         # this would start, and repart would only read the table to find nothing to do (most\n\
+         # of a second of boot under emulation). Should the link come late, repart runs and\n\
+         # changes nothing.\n\
+         ConditionPathExists=!{partition}\n\
          \n\
          [Service]\n\
          Type=oneshot\n\
