@@ -8,14 +8,15 @@ use crate::gpu::Gpus;
 use crate::keys;
 use crate::ledger::Ledger;
 use crate::node::Node;
+use crate::node::NodeError;
 use crate::residency::Residency;
 use crate::state::Store;
 use crate::tls;
 use crate::witness::{Witness, WITNESS_FILE};
-use crate::workload::egress::{FirewallConfig, NftFirewall};
-use crate::workload::runner::{Jobs, NodeJobs, Paths};
-use crate::workload::scratch::Fscrypt;
-use crate::workload::units::Systemd;
+use crate::workload::egress::{EgressError, FirewallConfig, NftFirewall};
+use crate::workload::runner::{Jobs, NodeJobs, Paths, WorkDirHidden};
+use crate::workload::scratch::{Fscrypt, ScratchError};
+use crate::workload::units::{Systemd, UnitError};
 use anyhow::{Context, Result};
 use attest::report::report;
 use std::path::{Path, PathBuf};
@@ -145,11 +146,57 @@ fn tick_period(cfg: &Config) -> Duration {
     Duration::from_secs_f64(secs.max(0.05))
 }
 
+/// Why this node runs no jobs. Its message, causes included ([`report`]), is what the log,
+/// dev mode's banner and clients asking for jobs are told; the rest of the node serves.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum JobsOff {
+    /// The operator turned jobs off.
+    #[error("workloads.enabled is false in the configuration")]
+    Disabled,
+    /// The work directory is where jobs cannot see it.
+    #[error(transparent)]
+    WorkDirHidden(#[from] WorkDirHidden),
+    /// The work directory (or its scratch folder) could not be made.
+    #[error("cannot create the work directory {}", .dir.display())]
+    WorkDir {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// systemd's bus could not be reached or followed.
+    #[error(transparent)]
+    Systemd(#[from] UnitError),
+    /// The lease networks' nftables table could not be set up.
+    #[error("cannot set up the lease network filter")]
+    Firewall(#[source] EgressError),
+    /// The scratch directory does not support fscrypt.
+    #[error(
+        "no encrypted scratch at {} (it must be on ext4 with the encrypt feature)",
+        .dir.display()
+    )]
+    Scratch {
+        dir: PathBuf,
+        #[source]
+        source: ScratchError,
+    },
+    /// The jobs controller could not open its store or re-adopt running jobs.
+    #[error(transparent)]
+    Controller(#[from] NodeError),
+    /// Dev mode: a part of its private systemd could not be had (`what` says which).
+    #[error("{what}")]
+    Dev {
+        what: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
 /// Where this node's jobs run: systemd's bus, or why there are no jobs.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct WorkloadSetup {
     /// The D-Bus address of the systemd that runs jobs, or why jobs are off.
-    pub bus: Result<String, String>,
+    pub bus: Result<String, JobsOff>,
     /// The root of the system jobs run in (`/`, or dev mode's container).
     pub system_root: PathBuf,
     /// Dev mode: the simulated GPUs' control file (running jobs show as load).
@@ -163,7 +210,7 @@ impl WorkloadSetup {
             bus: if cfg.workloads.enabled {
                 Ok(cfg.workloads.systemd_bus.clone())
             } else {
-                Err("workloads.enabled is false in the configuration".into())
+                Err(JobsOff::Disabled)
             },
             system_root: PathBuf::from("/"),
             sim_control: None,
@@ -184,6 +231,7 @@ async fn start_workloads(
             api::Workloads::On(jobs)
         }
         Err(why) => {
+            let why = report(&why).to_string();
             warn!(reason = %why, "jobs are off");
             api::Workloads::Off(why)
         }
@@ -194,12 +242,10 @@ async fn try_start_workloads(
     node: &Arc<Node>,
     setup: WorkloadSetup,
     stop: tokio::sync::watch::Receiver<bool>,
-) -> std::result::Result<Arc<NodeJobs>, String> {
+) -> std::result::Result<Arc<NodeJobs>, JobsOff> {
     let bus = setup.bus?;
-    let systemd = Systemd::connect(&bus)
-        .await
-        .map_err(|e| report(&e).to_string())?;
-    let events = systemd.events().await.map_err(|e| report(&e).to_string())?;
+    let systemd = Systemd::connect(&bus).await?;
+    let events = systemd.events().await?;
     let cfg = node.config().workloads.clone();
     let paths = Paths {
         work: cfg.work_dir.clone(),
@@ -211,28 +257,17 @@ async fn try_start_workloads(
         ..FirewallConfig::default()
     })
     .await
-    .map_err(|e| {
-        format!(
-            "cannot set up the lease network filter: {e}",
-            e = report(&e)
-        )
-    })?;
+    .map_err(JobsOff::Firewall)?;
     let scratch_dir = cfg.scratch_dir();
     for dir in [&cfg.work_dir, &scratch_dir] {
-        make_reachable_dir(dir).map_err(|e| {
-            format!(
-                "cannot create the work directory {}: {e}",
-                dir.display(),
-                e = report(&e)
-            )
+        make_reachable_dir(dir).map_err(|source| JobsOff::WorkDir {
+            dir: dir.clone(),
+            source,
         })?;
     }
-    let scratch = Fscrypt::new(&scratch_dir).map_err(|e| {
-        format!(
-            "no encrypted scratch at {} (it must be on ext4 with the encrypt feature): {e}",
-            scratch_dir.display(),
-            e = report(&e)
-        )
+    let scratch = Fscrypt::new(&scratch_dir).map_err(|source| JobsOff::Scratch {
+        dir: scratch_dir.clone(),
+        source,
     })?;
     let jobs = Jobs::new(
         systemd,
@@ -241,9 +276,8 @@ async fn try_start_workloads(
         node.clone(),
         cfg,
         paths,
-    )
-    .map_err(|e| report(&e).to_string())?;
-    jobs.adopt().await.map_err(|e| report(&e).to_string())?;
+    )?;
+    jobs.adopt().await?;
     let jobs = Arc::new(jobs);
     tokio::spawn(jobs.clone().run(events, stop));
     Ok(jobs)
@@ -392,8 +426,32 @@ async fn metering_loop(
 
 #[cfg(test)]
 mod tests {
-    use super::make_reachable_dir;
+    use super::{make_reachable_dir, JobsOff};
+    use crate::workload::runner::WorkDirHidden;
+    use attest::report::report;
     use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn why_jobs_are_off_reads_as_one_sentence_and_keeps_its_cause() {
+        let hidden = JobsOff::from(WorkDirHidden("/tmp/work".into()));
+        assert!(
+            report(&hidden)
+                .to_string()
+                .starts_with("the work directory /tmp/work is under /tmp or /var/tmp"),
+            "{}",
+            report(&hidden)
+        );
+        let denied = JobsOff::WorkDir {
+            dir: "/srv/work".into(),
+            source: std::io::Error::from_raw_os_error(13),
+        };
+        assert_eq!(
+            report(&denied).to_string(),
+            "cannot create the work directory /srv/work: Permission denied (os error 13)"
+        );
+        let cause = std::error::Error::source(&denied).expect("the I/O error is the cause");
+        assert!(cause.downcast_ref::<std::io::Error>().is_some());
+    }
 
     fn mode(p: &std::path::Path) -> u32 {
         std::fs::metadata(p).unwrap().permissions().mode() & 0o777

@@ -352,7 +352,8 @@ pub fn workloads(
     cfg: &Config,
     gpus: &str,
 ) -> (crate::daemon::WorkloadSetup, Option<PrivateSystemd>) {
-    let off = |why: String| {
+    use crate::daemon::JobsOff;
+    let off = |why: JobsOff| {
         (
             crate::daemon::WorkloadSetup {
                 bus: Err(why),
@@ -363,35 +364,41 @@ pub fn workloads(
         )
     };
     if let Err(why) = crate::workload::runner::check_work_dir(&cfg.workloads.work_dir) {
-        return off(why.to_string());
+        return off(why.into());
     }
-    if let Err(e) = std::fs::create_dir_all(&cfg.workloads.work_dir) {
-        return off(format!(
-            "cannot create {}: {e}",
-            cfg.workloads.work_dir.display(),
-            e = report(&e)
-        ));
+    if let Err(source) = std::fs::create_dir_all(&cfg.workloads.work_dir) {
+        return off(JobsOff::WorkDir {
+            dir: cfg.workloads.work_dir.clone(),
+            source,
+        });
     }
+    let dev = |what, e: anyhow::Error| JobsOff::Dev {
+        what,
+        source: e.into(),
+    };
     let dir = &dir.canonicalize().unwrap_or_else(|_| dir.to_owned());
     if let Err(e) = scratch_volume(&cfg.workloads.work_dir) {
-        return off(format!("no encrypted scratch volume: {e}"));
+        return off(dev("no encrypted scratch volume", e));
     }
     if let Err(e) = shared_netns_dir() {
-        return off(format!("cannot prepare /run/netns for lease networks: {e}"));
+        return off(dev("cannot prepare /run/netns for lease networks", e));
     }
     let machine = format!("sovereign-dev-{}", short_hash(dir));
     let binds = [cfg.workloads.work_dir.clone(), PathBuf::from(NETNS_DIR)];
     let container = match PrivateSystemd::start_or_adopt(dir, &machine, &binds) {
         Ok(c) => c,
-        Err(e) => return off(format!("no private systemd for jobs: {e}", e = report(&e))),
+        Err(e) => {
+            return off(JobsOff::Dev {
+                what: "no private systemd for jobs",
+                source: e.into(),
+            })
+        }
     };
     if let Err(e) = make_gpu_nodes(&container.root(), sim_gpu_count(gpus))
         .and_then(|()| resolve_users_from_userdb(&container.root()))
     {
         container.shutdown(std::time::Duration::from_secs(5));
-        return off(format!(
-            "cannot create the simulated GPUs' device nodes: {e}"
-        ));
+        return off(dev("cannot create the simulated GPUs' device nodes", e));
     }
     (
         crate::daemon::WorkloadSetup {
@@ -532,7 +539,8 @@ pub fn banner(dir: &Path, cfg: &Config, jobs: &crate::daemon::WorkloadSetup) -> 
     let jobs = match &jobs.bus {
         Ok(_) => "Jobs run for real under a private systemd 252 (systemd-nspawn).".to_owned(),
         Err(why) => format!(
-            "Jobs are OFF: {why}.\nTo run jobs, install systemd-nspawn (apt-get install systemd-container) and run hostd dev as root."
+            "Jobs are OFF: {why}.\nTo run jobs, install systemd-nspawn (apt-get install systemd-container) and run hostd dev as root.",
+            why = report(why)
         ),
     };
     format!(
