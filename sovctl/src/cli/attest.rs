@@ -207,16 +207,55 @@ fn execute(cmd: AttestCmd, profile: Option<&Path>, json_out: bool) -> CmdResult 
     }
 }
 
+/// Why the keys, certificates, RIMs or manifest an appraisal trusts could not be had. Shown
+/// with its causes ([`report`]): the file, then what was wrong with it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TrustError {
+    #[error("--reference MANIFEST is required (make one with `sovctl attest reference`)")]
+    NoReference,
+    #[error("--enrollment-authority KEY.pub is required: the authority whose enrollment certificates you trust")]
+    NoAuthority,
+    #[error(
+        "--rim-root ROOT.pem is required with --rim: RIM signatures are verified up to the RIM publisher's root"
+    )]
+    NoRimRoot,
+    /// A key file that does not read (its own error names the file).
+    #[error(transparent)]
+    KeyFile(#[from] keyfile::KeyFileError),
+    /// A PEM file that does not read (its own error names the file).
+    #[error(transparent)]
+    Pem(#[from] keyfile::pem::PemError),
+    /// A file that reads but is not what it should be, or a folder that does not list.
+    #[error("{}", .path.display())]
+    File {
+        path: PathBuf,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The verifier refused the configuration built from the files.
+    #[error(transparent)]
+    Verifier(#[from] attest::verifier::VerifierError),
+}
+
+impl TrustError {
+    fn file(path: &Path, source: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> Self {
+        TrustError::File {
+            path: path.to_owned(),
+            source: source.into(),
+        }
+    }
+}
+
 /// Reads a private key made by `sovctl attest keygen` (the key-file rules of `keyfile`).
-fn read_signing_key(path: &Path) -> Result<ed25519_dalek::SigningKey, String> {
-    keyfile::read_ed25519(path).map_err(|e| report(&e).to_string())
+fn read_signing_key(path: &Path) -> Result<ed25519_dalek::SigningKey, TrustError> {
+    Ok(keyfile::read_ed25519(path)?)
 }
 
 /// Reads a public key file (64 hex digits, e.g. `KEY.pub`).
-fn read_verifying_key(path: &Path) -> Result<ed25519_dalek::VerifyingKey, String> {
-    let b = keyfile::read_ed25519_public(path).map_err(|e| report(&e).to_string())?;
-    attest::identity::verifying_key(&b)
-        .map_err(|e| format!("{}: {e}", path.display(), e = report(&e)))
+fn read_verifying_key(path: &Path) -> Result<ed25519_dalek::VerifyingKey, TrustError> {
+    let b = keyfile::read_ed25519_public(path)?;
+    attest::identity::verifying_key(&b).map_err(|e| TrustError::file(path, e))
 }
 
 /// SHA-256 of a file's bytes, as measured into evidence and reference manifests.
@@ -254,19 +293,19 @@ fn random_nonce() -> Result<[u8; 32], Fail> {
 }
 
 /// DER certificates from a PEM file.
-pub fn read_pem_certs(path: &Path) -> Result<Vec<Vec<u8>>, String> {
-    let certs = keyfile::pem::load_certs(path).map_err(|e| report(&e).to_string())?;
+pub fn read_pem_certs(path: &Path) -> Result<Vec<Vec<u8>>, TrustError> {
+    let certs = keyfile::pem::load_certs(path)?;
     Ok(certs.iter().map(|c| c.as_ref().to_vec()).collect())
 }
 
 /// RIMs from files and folders, each signature-verified against `roots` at `now`: a RIM
 /// that does not verify is an error naming the file, never a silently weaker reference.
-fn read_rims(paths: &[PathBuf], roots: &[Vec<u8>], now: u64) -> Result<Vec<Rim>, String> {
+fn read_rims(paths: &[PathBuf], roots: &[Vec<u8>], now: u64) -> Result<Vec<Rim>, TrustError> {
     let mut files = Vec::new();
     for p in paths {
         if p.is_dir() {
             let mut entries: Vec<PathBuf> = std::fs::read_dir(p)
-                .map_err(|e| format!("{}: {e}", p.display(), e = report(&e)))?
+                .map_err(|e| TrustError::file(p, e))?
                 .filter_map(|e| e.ok().map(|e| e.path()))
                 .filter(|p| p.extension().is_some_and(|x| x == "swidtag" || x == "xml"))
                 .collect();
@@ -279,46 +318,35 @@ fn read_rims(paths: &[PathBuf], roots: &[Vec<u8>], now: u64) -> Result<Vec<Rim>,
     files
         .iter()
         .map(|f| {
-            let text = std::fs::read_to_string(f)
-                .map_err(|e| format!("{}: {e}", f.display(), e = report(&e)))?;
-            Rim::parse_verified(&text, roots, now)
-                .map_err(|e| format!("{}: {e}", f.display(), e = report(&e)))
+            let text = std::fs::read_to_string(f).map_err(|e| TrustError::file(f, e))?;
+            Rim::parse_verified(&text, roots, now).map_err(|e| TrustError::file(f, e))
         })
         .collect()
 }
 
 /// The verifier `t` describes, with RIM signatures checked as of `now` (the appraisal time).
-pub fn build_verifier(t: &TrustArgs, now: u64) -> Result<Verifier, String> {
-    let reference_path = t
-        .reference
-        .as_ref()
-        .ok_or("--reference MANIFEST is required (make one with `sovctl attest reference`)")?;
-    let bytes = std::fs::read(reference_path)
-        .map_err(|e| format!("{}: {e}", reference_path.display(), e = report(&e)))?;
+pub fn build_verifier(t: &TrustArgs, now: u64) -> Result<Verifier, TrustError> {
+    let reference_path = t.reference.as_ref().ok_or(TrustError::NoReference)?;
+    let bytes = std::fs::read(reference_path).map_err(|e| TrustError::file(reference_path, e))?;
     let manifest = SignedImageManifest::from_bytes(bytes.strip_suffix(b"\n").unwrap_or(&bytes))
-        .map_err(|e| format!("{}: {e}", reference_path.display(), e = report(&e)))?;
+        .map_err(|e| TrustError::file(reference_path, e))?;
     let release_keys = match &t.release_key {
         Some(p) => vec![read_verifying_key(p)?],
         None => vec![attest::identity::verifying_key(&manifest.release_key)
-            .map_err(|e| format!("{}: {e}", reference_path.display(), e = report(&e)))?],
+            .map_err(|e| TrustError::file(reference_path, e))?],
     };
-    let rim_roots =
-        match (&t.rim_root, t.rims.is_empty()) {
-            (Some(p), _) => read_pem_certs(p)?,
-            (None, true) => Vec::new(),
-            (None, false) => return Err(
-                "--rim-root ROOT.pem is required with --rim: RIM signatures are verified up to \
-                 the RIM publisher's root"
-                    .into(),
-            ),
-        };
+    let rim_roots = match (&t.rim_root, t.rims.is_empty()) {
+        (Some(p), _) => read_pem_certs(p)?,
+        (None, true) => Vec::new(),
+        (None, false) => return Err(TrustError::NoRimRoot),
+    };
     let rims = read_rims(&t.rims, &rim_roots, now)?;
     let reference = ReferenceValues::from_signed_manifest(&manifest, &release_keys, rims)
-        .map_err(|e| format!("{}: {e}", reference_path.display(), e = report(&e)))?;
+        .map_err(|e| TrustError::file(reference_path, e))?;
     let authority = t
         .enrollment_authority
         .as_ref()
-        .ok_or("--enrollment-authority KEY.pub is required: the authority whose enrollment certificates you trust")?;
+        .ok_or(TrustError::NoAuthority)?;
     let nvidia_roots = match &t.nvidia_root {
         Some(p) => read_pem_certs(p)?,
         None => Vec::new(),
@@ -326,8 +354,7 @@ pub fn build_verifier(t: &TrustArgs, now: u64) -> Result<Verifier, String> {
     let signing_key = match &t.verifier_key {
         Some(p) => read_signing_key(p)?,
         None => {
-            let seed: Zeroizing<[u8; 32]> =
-                keyfile::random_seed().map_err(|e| report(&e).to_string())?;
+            let seed: Zeroizing<[u8; 32]> = keyfile::random_seed()?;
             ed25519_dalek::SigningKey::from_bytes(&seed)
         }
     };
@@ -342,7 +369,7 @@ pub fn build_verifier(t: &TrustArgs, now: u64) -> Result<Verifier, String> {
         max_clock_skew: 30,
         signing_key,
     })
-    .map_err(|e| report(&e).to_string())
+    .map_err(TrustError::from)
 }
 
 /// Appraises `evidence` answering `nonce` at `now` with `verifier` (built from `t`),
@@ -490,7 +517,7 @@ async fn fetch_and_appraise(client: Client, f: FetchArgs, json_out: bool) -> Cmd
     };
     // Build (and so check) the trust inputs before bothering the node; RIM signatures are
     // checked once, here, for the appraisal below.
-    let verifier = build_verifier(&f.trust, unix_now()).map_err(usage)?;
+    let verifier = build_verifier(&f.trust, unix_now()).map_err(|e| usage(report(&e)))?;
     let answer = client.attest(&nonce).await?;
     let evidence = answer.evidence.into_bytes();
     let notes = answer.measurement_notes;
@@ -508,7 +535,7 @@ fn verify_offline(args: VerifyArgs, json_out: bool) -> CmdResult {
         .map_err(|e| usage(format!("{}: {e}", args.evidence.display(), e = report(&e))))?;
     let evidence = bytes.strip_suffix(b"\n").unwrap_or(&bytes);
     let now = args.at.unwrap_or_else(unix_now);
-    let verifier = build_verifier(&args.trust, now).map_err(usage)?;
+    let verifier = build_verifier(&args.trust, now).map_err(|e| usage(report(&e)))?;
     let result = appraise(&verifier, &args.trust, evidence, nonce, now)?;
     print_result(&result, evidence, &[], json_out)
 }
@@ -529,7 +556,7 @@ async fn submit(client: Client, path: &Path, json_out: bool) -> CmdResult {
 }
 
 fn reference(args: ReferenceArgs) -> CmdResult {
-    let key = read_signing_key(&args.key).map_err(usage)?;
+    let key = read_signing_key(&args.key).map_err(|e| usage(report(&e)))?;
     let mut measurements = BTreeMap::new();
     for m in &args.measurements {
         let (name, source) = m.split_once('=').ok_or_else(|| {
@@ -596,7 +623,7 @@ fn read_tpm_ak(arg: &str) -> Result<Vec<u8>, Fail> {
 }
 
 fn enroll(args: EnrollArgs) -> CmdResult {
-    let key = read_signing_key(&args.authority_key).map_err(usage)?;
+    let key = read_signing_key(&args.authority_key).map_err(|e| usage(report(&e)))?;
     let text = hex_or_file(&args.node_key)?;
     let tpm_ak = args.tpm_ak.as_deref().map(read_tpm_ak).transpose()?;
     let mut node_pk = [0u8; 32];
@@ -620,4 +647,41 @@ fn enroll(args: EnrollArgs) -> CmdResult {
         .map_err(|e| usage(format!("{}: {e}", args.out.display(), e = report(&e))))?;
     println!("wrote {} (valid {days} days)", args.out.display());
     Ok(Exit::Ok)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trust(args: &[&str]) -> TrustArgs {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            trust: TrustArgs,
+        }
+        <Cli as clap::Parser>::try_parse_from(std::iter::once("sovctl").chain(args.iter().copied()))
+            .expect("trust arguments")
+            .trust
+    }
+
+    #[test]
+    fn missing_trust_material_is_named_with_the_file_and_its_cause() {
+        assert!(matches!(
+            build_verifier(&trust(&[]), 0),
+            Err(TrustError::NoReference)
+        ));
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("manifest.json");
+        let e = build_verifier(&trust(&["--reference", missing.to_str().unwrap()]), 0)
+            .err()
+            .expect("a missing manifest is an error");
+        assert!(matches!(&e, TrustError::File { path, .. } if path == &missing));
+        assert_eq!(
+            report(&e).to_string(),
+            format!(
+                "{}: No such file or directory (os error 2)",
+                missing.display()
+            )
+        );
+    }
 }

@@ -78,15 +78,35 @@ pub struct RunArgs {
     argv: Vec<String>,
 }
 
-fn parse_env(s: &str) -> Result<(String, String), String> {
+/// A job option's value that does not parse; clap prints the message after the option's name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BadValue {
+    #[error("'{0}' is not NAME=VALUE")]
+    Env(String),
+    #[error("'{0}' is not a size such as 512M or 8G")]
+    Size(String),
+    #[error("'{0}' is not a number of cores such as 0.5 or 4")]
+    Cores(String),
+    #[error("'{0}' is not a duration such as 90s, 30m, 2h or 1d")]
+    Duration(String),
+    /// A size past `u64` bytes.
+    #[error("'{0}' is too large")]
+    TooLarge(String),
+    /// A duration past `u64` seconds.
+    #[error("'{0}' is too long")]
+    TooLong(String),
+}
+
+fn parse_env(s: &str) -> Result<(String, String), BadValue> {
     let (k, v) = s
         .split_once('=')
-        .ok_or_else(|| format!("'{s}' is not NAME=VALUE"))?;
+        .ok_or_else(|| BadValue::Env(s.to_owned()))?;
     Ok((k.to_owned(), v.to_owned()))
 }
 
 /// `512M`, `8G`, `1T`, or plain bytes; binary units.
-pub fn parse_bytes(s: &str) -> Result<u64, String> {
+pub fn parse_bytes(s: &str) -> Result<u64, BadValue> {
     let (num, shift) = match s.trim().to_ascii_uppercase() {
         t if t.ends_with('K') => (t[..t.len() - 1].to_owned(), 10),
         t if t.ends_with('M') => (t[..t.len() - 1].to_owned(), 20),
@@ -94,26 +114,22 @@ pub fn parse_bytes(s: &str) -> Result<u64, String> {
         t if t.ends_with('T') => (t[..t.len() - 1].to_owned(), 40),
         t => (t, 0),
     };
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("'{s}' is not a size such as 512M or 8G"))?;
+    let n: u64 = num.parse().map_err(|_| BadValue::Size(s.to_owned()))?;
     n.checked_mul(1u64 << shift)
-        .ok_or_else(|| format!("'{s}' is too large"))
+        .ok_or_else(|| BadValue::TooLarge(s.to_owned()))
 }
 
 /// Cores as thousandths of a core (`0.5` → 500).
-pub fn parse_cores(s: &str) -> Result<u64, String> {
-    let c: f64 = s
-        .parse()
-        .map_err(|_| format!("'{s}' is not a number of cores such as 0.5 or 4"))?;
+pub fn parse_cores(s: &str) -> Result<u64, BadValue> {
+    let c: f64 = s.parse().map_err(|_| BadValue::Cores(s.to_owned()))?;
     if !(c.is_finite() && c > 0.0 && c <= 1_000_000.0) {
-        return Err(format!("'{s}' is not a number of cores such as 0.5 or 4"));
+        return Err(BadValue::Cores(s.to_owned()));
     }
     Ok((c * 1000.0).round() as u64)
 }
 
 /// `90s`, `30m`, `2h`, `1d`, or plain seconds.
-pub fn parse_duration(s: &str) -> Result<u64, String> {
+pub fn parse_duration(s: &str) -> Result<u64, BadValue> {
     let t = s.trim();
     let (num, unit) = match t.char_indices().last() {
         Some((i, c)) if c.is_ascii_alphabetic() => (&t[..i], c),
@@ -124,17 +140,11 @@ pub fn parse_duration(s: &str) -> Result<u64, String> {
         'm' => 60,
         'h' => 3600,
         'd' => 86_400,
-        _ => {
-            return Err(format!(
-                "'{s}' is not a duration such as 90s, 30m, 2h or 1d"
-            ))
-        }
+        _ => return Err(BadValue::Duration(s.to_owned())),
     };
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("'{s}' is not a duration such as 90s, 30m, 2h or 1d"))?;
+    let n: u64 = num.parse().map_err(|_| BadValue::Duration(s.to_owned()))?;
     n.checked_mul(mult)
-        .ok_or_else(|| format!("'{s}' is too long"))
+        .ok_or_else(|| BadValue::TooLong(s.to_owned()))
 }
 
 fn print_job(j: &Job) {
@@ -248,15 +258,18 @@ mod tests {
         assert_eq!(parse_bytes("512M"), Ok(512 << 20));
         assert_eq!(parse_bytes("8g"), Ok(8 << 30));
         assert_eq!(parse_bytes("100"), Ok(100));
-        assert!(parse_bytes("lots").is_err());
-        assert!(parse_bytes("99999999999T").is_err());
+        assert_eq!(parse_bytes("lots"), Err(BadValue::Size("lots".into())));
+        assert_eq!(
+            parse_bytes("99999999999T"),
+            Err(BadValue::TooLarge("99999999999T".into()))
+        );
         assert_eq!(parse_duration("2h"), Ok(7200));
         assert_eq!(parse_duration("90"), Ok(90));
-        assert!(parse_duration("2w").is_err());
+        assert_eq!(parse_duration("2w"), Err(BadValue::Duration("2w".into())));
         assert_eq!(parse_cores("0.5"), Ok(500));
         assert!(parse_cores("-1").is_err());
         assert!(parse_cores("NaN").is_err());
         assert_eq!(parse_env("A=b=c"), Ok(("A".into(), "b=c".into())));
-        assert!(parse_env("A").is_err());
+        assert_eq!(parse_env("A"), Err(BadValue::Env("A".into())));
     }
 }
