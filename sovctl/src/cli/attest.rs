@@ -672,9 +672,9 @@ mod tests {
         ));
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("manifest.json");
-        let e = build_verifier(&trust(&["--reference", missing.to_str().unwrap()]), 0)
-            .err()
-            .expect("a missing manifest is an error");
+        let Err(e) = build_verifier(&trust(&["--reference", missing.to_str().unwrap()]), 0) else {
+            panic!("a missing manifest is an error");
+        };
         assert!(matches!(&e, TrustError::File { path, .. } if path == &missing));
         assert_eq!(
             report(&e).to_string(),
