@@ -84,16 +84,32 @@ pub(crate) struct Fixture {
     pub(crate) port: u16,
 }
 
+/// How the image's hostd is compiled: the VM test uses a debug build (CI builds it in about a
+/// minute); a node gets the release build, which the boot bench compares it with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(dead_code)] // `Release` is the boot bench's (image/benches/boot.rs includes this file)
+pub(crate) enum HostdBuild {
+    Debug,
+    Release,
+}
+
 impl Fixture {
+    /// The VM test's fixture: a debug hostd, in `target/image-vm-test`.
     pub(crate) fn build() -> Fixture {
+        Fixture::build_in("image-vm-test", HostdBuild::Debug)
+    }
+
+    /// A fixture of its own in `target/<folder>` (emptied first): the image with `hostd`
+    /// built as asked, the node's material, a blank state disk and a fresh TPM.
+    pub(crate) fn build_in(folder: &str, hostd: HostdBuild) -> Fixture {
         check_tools();
         let image_bin = PathBuf::from(env!("CARGO_BIN_EXE_image"));
         let bin = image_bin.parent().expect("bin dir").to_owned();
         let target = bin.parent().expect("target dir").to_owned();
-        let work = target.join("image-vm-test");
+        let work = target.join(folder);
         let _ = std::fs::remove_dir_all(&work);
         std::fs::create_dir_all(&work).expect("work dir");
-        let (hostd, init) = production_binaries(&target);
+        let (hostd, init) = production_binaries(&target, hostd);
         let dev = work.join("dev");
         run(
             Command::new(bin.join("hostd"))
@@ -461,14 +477,19 @@ fn debug_cmdline() -> Vec<String> {
 /// `cargo build --no-default-features` of hostd (the production build, without simulation)
 /// and the initrd's `sovereign-init`, in a target folder of their own (the outer
 /// `cargo test` holds the workspace's).
-fn production_binaries(target: &Path) -> (PathBuf, PathBuf) {
+fn production_binaries(target: &Path, build: HostdBuild) -> (PathBuf, PathBuf) {
     let dir = target.join("image-hostd");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let (profile_flag, profile_dir): (&[&str], _) = match build {
+        HostdBuild::Debug => (&[], "debug"),
+        HostdBuild::Release => (&["--release"], "release"),
+    };
     let started = Instant::now();
     run(
         Command::new(cargo)
+            .arg("build")
+            .args(profile_flag)
             .args([
-                "build",
                 "-q",
                 "-p",
                 "hostd",
@@ -489,7 +510,8 @@ fn production_binaries(target: &Path) -> (PathBuf, PathBuf) {
         "production hostd and sovereign-init built in {:.1} s",
         started.elapsed().as_secs_f64()
     );
-    (dir.join("debug/hostd"), dir.join("debug/sovereign-init"))
+    let out = dir.join(profile_dir);
+    (out.join("hostd"), out.join("sovereign-init"))
 }
 
 /// A blank 512 MiB disk (sparse).
@@ -520,6 +542,8 @@ pub(crate) struct Vm {
     qemu: Child,
     swtpm: Child,
     console: PathBuf,
+    /// From qemu's start to hostd's readiness line (zero until [`Vm::boot`] has seen it).
+    ready_after: Duration,
     /// qemu's human monitor: how the test presses the machine's power button.
     monitor: PathBuf,
 }
@@ -547,11 +571,18 @@ impl Vm {
             }
             std::thread::sleep(Duration::from_millis(250));
         }
+        vm.ready_after = started.elapsed();
         eprintln!(
             "{label}: hostd ready {:.1} s after qemu started",
-            started.elapsed().as_secs_f64()
+            vm.ready_after.as_secs_f64()
         );
         vm
+    }
+
+    /// How long the boot took to hostd's readiness line (read every 250 ms).
+    #[allow(dead_code)] // the boot bench's (image/benches/boot.rs includes this file)
+    pub(crate) fn ready_after(&self) -> Duration {
+        self.ready_after
     }
 
     /// Boots a machine that must not get as far as hostd (its sealed state stays closed):
@@ -665,6 +696,7 @@ impl Vm {
             qemu,
             swtpm,
             console,
+            ready_after: Duration::ZERO,
             monitor,
         }
     }
@@ -698,7 +730,7 @@ impl Vm {
         matches!(self.qemu.try_wait(), Ok(Some(_)))
     }
 
-    fn console_text(&self) -> String {
+    pub(crate) fn console_text(&self) -> String {
         String::from_utf8_lossy(&std::fs::read(&self.console).unwrap_or_default()).into_owned()
     }
 
