@@ -249,17 +249,7 @@ const HOSTD: &str = "usr/bin/hostd";
 /// attestation's `hostd` measurement), under emulation seconds of CPU for a debug build's
 /// hundreds of megabytes. The manifest's digest is of the binary as installed.
 fn install_hostd(spec: &BuildSpec, root: &Path) -> Result<(), BuildError> {
-    use std::os::unix::fs::PermissionsExt;
-    let dest = root.join(HOSTD);
-    if let Some(dir) = dest.parent() {
-        std::fs::create_dir_all(dir).map_err(io(dir))?;
-    }
-    run(Command::new("objcopy")
-        .arg("--strip-debug")
-        .arg(&spec.hostd)
-        .arg(&dest))?;
-    std::fs::set_permissions(&dest, std::fs::Permissions::from_mode(0o755)).map_err(io(&dest))?;
-    Ok(())
+    Ok(rootfs::install_stripped(&spec.hostd, &root.join(HOSTD))?)
 }
 
 /// hostd, its units and the image's configuration files.

@@ -4,12 +4,11 @@
 //! The initrd is loaded, hashed twice (firmware for PCR 4, stub for PCR 11) and unpacked at
 //! every boot; under emulation each megabyte costs.
 
-use crate::rootfs::{io, run, write_file, TreeError};
+use crate::rootfs::{io, write_file, TreeError};
 use object::elf;
 use object::read::elf::{Dyn, FileHeader};
 use std::collections::{BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// Trees the initrd keeps whole: the modules (already cut to the initrd's list) and the
 /// init's module list; and the ELF interpreter the init names.
@@ -54,13 +53,7 @@ pub enum InitrdError {
 /// modules it loads as it starts; then every file the init does not need goes, and with
 /// them the folders and symlinks left empty or dangling. Returns how many files were kept.
 pub fn assemble(tree: &Path, init_program: &Path, modules: &[&str]) -> Result<usize, InitrdError> {
-    use std::os::unix::fs::PermissionsExt;
-    let init = tree.join(INIT);
-    run(Command::new("objcopy")
-        .arg("--strip-debug")
-        .arg(init_program)
-        .arg(&init))?;
-    std::fs::set_permissions(&init, std::fs::Permissions::from_mode(0o755)).map_err(io(&init))?;
+    crate::rootfs::install_stripped(init_program, &tree.join(INIT))?;
     let list = format!(
         "# Loaded by sovereign-init, in this order, each after what it depends on.\n{}\n",
         modules.join("\n")
@@ -256,6 +249,7 @@ fn regular_files(dir: &Path) -> Result<Vec<PathBuf>, TreeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::process::Command;
 
     /// Copies the host's file `from` to `tree/rel`.
     fn put(tree: &Path, rel: &str, from: &Path) {

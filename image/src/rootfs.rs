@@ -42,6 +42,21 @@ pub(crate) fn run(cmd: &mut Command) -> Result<String, TreeError> {
     Ok(crate::tool::run(cmd)?)
 }
 
+/// Copies `program` to `dest` (its folder made if missing) without its debug information,
+/// mode 0755: what the node runs needs no debugger's data, and hostd hashes its own binary as
+/// it starts. `objcopy --strip-debug` keeps the symbols, and its output is deterministic.
+pub(crate) fn install_stripped(program: &Path, dest: &Path) -> Result<(), TreeError> {
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(dir) = dest.parent() {
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+    }
+    run(Command::new("objcopy")
+        .arg("--strip-debug")
+        .arg(program)
+        .arg(dest))?;
+    std::fs::set_permissions(dest, std::fs::Permissions::from_mode(0o755)).map_err(io(dest))
+}
+
 /// The top-level folders Debian bookworm packages still ship outside `/usr`: merged into
 /// `/usr` and replaced by links, as `usrmerge` does on an installed system.
 const MERGED: [&str; 6] = ["bin", "sbin", "lib", "lib32", "lib64", "libx32"];
