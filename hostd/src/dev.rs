@@ -372,33 +372,32 @@ pub fn workloads(
             source,
         });
     }
-    let dev = |what, e: anyhow::Error| JobsOff::Dev {
-        what,
-        source: e.into(),
-    };
+    let dev =
+        |what, source: Box<dyn std::error::Error + Send + Sync>| JobsOff::Dev { what, source };
     let dir = &dir.canonicalize().unwrap_or_else(|_| dir.to_owned());
     if let Err(e) = scratch_volume(&cfg.workloads.work_dir) {
-        return off(dev("no encrypted scratch volume", e));
+        return off(dev("no encrypted scratch volume", e.into()));
     }
     if let Err(e) = shared_netns_dir() {
-        return off(dev("cannot prepare /run/netns for lease networks", e));
+        return off(dev(
+            "cannot prepare /run/netns for lease networks",
+            e.into(),
+        ));
     }
     let machine = format!("sovereign-dev-{}", short_hash(dir));
     let binds = [cfg.workloads.work_dir.clone(), PathBuf::from(NETNS_DIR)];
     let container = match PrivateSystemd::start_or_adopt(dir, &machine, &binds) {
         Ok(c) => c,
-        Err(e) => {
-            return off(JobsOff::Dev {
-                what: "no private systemd for jobs",
-                source: e.into(),
-            })
-        }
+        Err(e) => return off(dev("no private systemd for jobs", e.into())),
     };
     if let Err(e) = make_gpu_nodes(&container.root(), sim_gpu_count(gpus))
         .and_then(|()| resolve_users_from_userdb(&container.root()))
     {
         container.shutdown(std::time::Duration::from_secs(5));
-        return off(dev("cannot create the simulated GPUs' device nodes", e));
+        return off(dev(
+            "cannot create the simulated GPUs' device nodes",
+            e.into(),
+        ));
     }
     (
         crate::daemon::WorkloadSetup {
