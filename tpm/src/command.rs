@@ -25,22 +25,32 @@ const MAX_RETRIES: u32 = 20;
 /// Quote attempts when PCRs change between the quote and reading them.
 const QUOTE_ATTEMPTS: u32 = 3;
 
+/// How a command's (first) handle is authorized.
+#[derive(Clone, Copy)]
+pub(crate) enum Auth {
+    /// The command has no authorized handle.
+    None,
+    /// The empty-password session.
+    Password,
+    /// A policy session, whose policy the TPM checks against the object's.
+    Policy(u32),
+}
+
 /// A command before marshalling.
-struct Command {
-    name: &'static str,
-    code: u32,
-    handles: Vec<u32>,
-    /// Whether the (first) handle needs authorization (an empty-password session).
-    auth: bool,
-    params: Vec<u8>,
+pub(crate) struct Command {
+    pub(crate) name: &'static str,
+    pub(crate) code: u32,
+    pub(crate) handles: Vec<u32>,
+    /// How the (first) handle is authorized.
+    pub(crate) auth: Auth,
+    pub(crate) params: Vec<u8>,
 }
 
 impl Command {
     fn marshal(&self) -> Vec<u8> {
-        let tag = if self.auth {
-            TPM_ST_SESSIONS
-        } else {
-            TPM_ST_NO_SESSIONS
+        let tag = match self.auth {
+            Auth::None => TPM_ST_NO_SESSIONS,
+            Auth::Password | Auth::Policy(_) => TPM_ST_SESSIONS,
         };
         let mut out = Vec::with_capacity(32 + self.params.len());
         out.extend_from_slice(&tag.to_be_bytes());
@@ -49,10 +59,16 @@ impl Command {
         for h in &self.handles {
             out.extend_from_slice(&h.to_be_bytes());
         }
-        if self.auth {
-            // TPMS_AUTH_COMMAND: handle, empty nonce, attributes 0, empty password.
+        let session = match self.auth {
+            Auth::None => None,
+            Auth::Password => Some(TPM_RS_PW),
+            Auth::Policy(handle) => Some(handle),
+        };
+        if let Some(handle) = session {
+            // TPMS_AUTH_COMMAND: handle, empty nonce, attributes 0 (a policy session ends
+            // with the command), empty password or HMAC (a policy of PCRs alone needs none).
             out.extend_from_slice(&9u32.to_be_bytes());
-            out.extend_from_slice(&TPM_RS_PW.to_be_bytes());
+            out.extend_from_slice(&handle.to_be_bytes());
             out.extend_from_slice(&[0, 0, 0, 0, 0]);
         }
         out.extend_from_slice(&self.params);
@@ -65,7 +81,7 @@ impl Command {
     /// TPM_RC_RETRY, TPM_RC_YIELDED and TPM_RC_TESTING mean "not now, send it again"
     /// (Part 1, §6.4): libtpms answers RETRY to a first ECDSA signature, for one. The command
     /// is resent a bounded number of times.
-    fn run<T: Transport + ?Sized>(
+    pub(crate) fn run<T: Transport + ?Sized>(
         &self,
         t: &mut T,
         response_handles: usize,
@@ -127,7 +143,7 @@ impl Command {
         Ok((handles, params.to_vec()))
     }
 
-    fn malformed(&self, reason: String) -> TpmError {
+    pub(crate) fn malformed(&self, reason: String) -> TpmError {
         TpmError::Malformed {
             command: self.name,
             reason,
@@ -146,7 +162,7 @@ pub fn create_ak<T: Transport + ?Sized>(t: &mut T) -> Result<(u32, Vec<u8>), Tpm
         name: "TPM2_CreatePrimary",
         code: TPM_CC_CREATE_PRIMARY,
         handles: vec![TPM_RH_ENDORSEMENT],
-        auth: true,
+        auth: Auth::Password,
         params,
     };
     let (handles, params) = cmd.run(t, 1)?;
@@ -178,7 +194,7 @@ pub fn flush_context<T: Transport + ?Sized>(t: &mut T, handle: u32) -> Result<()
         name: "TPM2_FlushContext",
         code: TPM_CC_FLUSH_CONTEXT,
         handles: vec![],
-        auth: false,
+        auth: Auth::None,
         params: handle.to_be_bytes().to_vec(),
     }
     .run(t, 0)
@@ -199,7 +215,7 @@ pub fn pcr_read<T: Transport + ?Sized>(t: &mut T) -> Result<BTreeMap<u8, [u8; 32
         name: "TPM2_PCR_Read",
         code: TPM_CC_PCR_READ,
         handles: vec![],
-        auth: false,
+        auth: Auth::None,
         params: quoted_pcr_selection(),
     };
     let (_, params) = cmd.run(t, 0)?;
@@ -247,7 +263,7 @@ pub fn pcr_extend<T: Transport + ?Sized>(
         name: "TPM2_PCR_Extend",
         code: TPM_CC_PCR_EXTEND,
         handles: vec![u32::from(index)],
-        auth: true,
+        auth: Auth::Password,
         params,
     }
     .run(t, 0)
@@ -269,7 +285,7 @@ fn tpm_quote<T: Transport + ?Sized>(
         name: "TPM2_Quote",
         code: TPM_CC_QUOTE,
         handles: vec![handle],
-        auth: true,
+        auth: Auth::Password,
         params,
     };
     let (_, params) = cmd.run(t, 0)?;

@@ -21,6 +21,7 @@ mod command;
 #[cfg(feature = "swtpm")]
 pub mod swtpm;
 mod transport;
+pub mod unseal;
 
 pub use command::{ak_public, create_ak, flush_context, pcr_extend, pcr_read, quote, quote_with};
 pub use transport::{Device, SwtpmSocket, Transport, DEFAULT_DEVICE};
@@ -69,6 +70,17 @@ pub enum TpmError {
         /// The parser's error.
         source: attest::tpm::TpmError,
     },
+    /// A value this client does not handle (a sealed object's PCR bank, say).
+    #[error("unsupported {what}: {value}")]
+    Unsupported {
+        /// What the value is.
+        what: &'static str,
+        /// The value.
+        value: String,
+    },
+    /// A sealed object's blob is not a TPM2B_PRIVATE followed by a TPM2B_PUBLIC.
+    #[error("the sealed object is malformed")]
+    SealedObject(#[source] attest::tpm::TpmError),
     /// PCRs kept changing between the quote and reading their values.
     #[error("PCRs changed during each of {attempts} quote attempts")]
     PcrsChanging {
@@ -84,6 +96,7 @@ fn rc_hint(rc: u32) -> &'static str {
         0x9a2 | 0x98e => " (bad authorization: the endorsement hierarchy has a password)",
         0x902 | 0x903 => " (out of object memory: too many loaded objects)",
         0x922 => " (TPM_RC_RETRY: the TPM is busy, try again)",
+        0x99d => " (TPM_RC_POLICY_FAIL: the PCRs do not hold the values the object was sealed to)",
         _ => "",
     }
 }
