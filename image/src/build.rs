@@ -376,21 +376,22 @@ fn enable_ext4_encryption(root: &Path) -> Result<(), BuildError> {
 }
 
 fn fstab() -> String {
-    "# The root is the dm-verity device the initrd set up from the measured command line;\n\
-     # /var is memory (systemd-tmpfiles fills it at boot) but for hostd's sealed state.\n\
-     tmpfs /var tmpfs mode=0755,nosuid,nodev,size=256M 0 0\n\
-     /dev/mapper/sovstate /var/lib/hostd ext4 defaults,nodev,nosuid 0 0\n"
+    "# The root is the dm-verity device the initrd set up from the measured command line.\n\
+     # /var is memory, and the sealed state disk is mounted at /var/lib/hostd: the initrd\n\
+     # mounts both (sovereign-init), or on the first boot sovereign-state.service the disk.\n"
         .to_owned()
 }
 
 /// The state partition, by the label `repart.d/50-state.conf` gives it.
 const STATE_PARTITION: &str = "/dev/disk/by-partlabel/sovereign-state";
 
-/// The sealed state disk: on first boot `systemd-repart` creates its one partition, LUKS2 with
-/// a random volume key whose only keyslot is sealed to the TPM under a PCR 11 policy, and
-/// ext4 inside; on every boot `systemd-cryptsetup` opens it with the TPM. Both run before
-/// `sysinit`, so they see the same PCR 11 (the UKI's sections, `enter-initrd`,
-/// `leave-initrd`): under another image, or off this node's TPM, the disk does not open.
+/// The sealed state disk. On first boot `sovereign-state.service` has `systemd-repart` create
+/// its one partition, LUKS2 with a random volume key whose only keyslot's passphrase is sealed
+/// to the TPM under a PCR 11 policy, and ext4 inside; then opens it with `systemd-cryptsetup`
+/// and mounts it. On every later boot the initrd has opened and mounted it already (with the
+/// same token, `sovereign-init`'s `state`), and the unit does nothing. Sealing and opening
+/// both see the same PCR 11 (the UKI's sections, `enter-initrd`, `leave-initrd`): under
+/// another image, or off this node's TPM, the disk does not open.
 fn install_state_disk(spec: &BuildSpec, root: &Path) -> Result<(), BuildError> {
     let repart = read(&spec.files.join("repart.d/50-state.conf"))?;
     write_file(
@@ -399,63 +400,45 @@ fn install_state_disk(spec: &BuildSpec, root: &Path) -> Result<(), BuildError> {
         &repart,
         0o644,
     )?;
-    let device_unit = format!(
-        "{}.device",
-        run(Command::new("systemd-escape")
-            .arg("--path")
-            .arg(&spec.state_device))?
-        .trim()
-    );
-    let unit = format!(
+    write_file(
+        root,
+        "usr/lib/systemd/system/sovereign-state.service",
+        state_unit(&spec.state_device).as_bytes(),
+        0o644,
+    )?;
+    Ok(())
+}
+
+/// `sovereign-state.service`: the first boot's creation of the state disk.
+fn state_unit(device: &str) -> String {
+    format!(
         "[Unit]\n\
-         Description=Sealed state partition (created on first boot: LUKS2 sealed to PCR 11)\n\
+         Description=Sealed state disk (first boot: created as LUKS2 sealed to PCR 11, opened, mounted)\n\
          Documentation=file:/usr/share/sovereign-host/docs/image.md\n\
          DefaultDependencies=no\n\
-         BindsTo={device_unit}\n\
-         After={device_unit}\n\
-         Before=systemd-cryptsetup@sovstate.service systemd-pcrphase-sysinit.service sysinit.target shutdown.target\n\
+         Wants=systemd-udevd.service systemd-udev-trigger.service\n\
+         After=systemd-udevd.service systemd-udev-trigger.service\n\
+         Before=systemd-pcrphase-sysinit.service sysinit.target shutdown.target\n\
          Conflicts=shutdown.target\n\
-         # Once made, the partition stays: on every later boot its link is there by the time\n\
-         # this would start, and repart would only read the table to find nothing to do (most\n\
-         # of a second of boot under emulation). Should the link come late, repart runs and\n\
-         # changes nothing.\n\
-         ConditionPathExists=!{partition}\n\
+         # On every later boot the initrd opened the disk with the TPM and mounted it: nothing to\n\
+         # do, and nothing here waits for udev to announce the disk (seconds under emulation).\n\
+         ConditionPathIsMountPoint=!/var/lib/hostd\n\
          \n\
          [Service]\n\
          Type=oneshot\n\
          RemainAfterExit=yes\n\
+         ExecStart=/usr/bin/udevadm wait --timeout=120 {device}\n\
+         # Finds the partition and changes nothing if it is there (the initrd may not have seen\n\
+         # a disk that a slow controller showed late).\n\
          ExecStart=/usr/bin/systemd-repart --dry-run=no --empty=allow \
          --definitions=/usr/lib/sovereign-host/repart.d --tpm2-device=auto --tpm2-pcrs=11 {device}\n\
          # A new partition table is re-read: the partition's device goes and comes back, and\n\
-         # systemd-cryptsetup must not start in that gap (it fails at once, bound to a device\n\
-         # that is not there).\n\
-         ExecStartPost=/usr/bin/udevadm wait --settle --timeout=120 {partition}\n",
+         # systemd-cryptsetup fails at once if it opens the device in that gap.\n\
+         ExecStart=/usr/bin/udevadm wait --settle --timeout=120 {partition}\n\
+         ExecStart=/usr/lib/systemd/systemd-cryptsetup attach sovstate {partition} - tpm2-device=auto,headless=true\n\
+         ExecStart=/usr/bin/mount -o nodev,nosuid /dev/mapper/sovstate /var/lib/hostd\n",
         partition = STATE_PARTITION,
-        device = spec.state_device
-    );
-    write_file(
-        root,
-        "usr/lib/systemd/system/sovereign-state.service",
-        unit.as_bytes(),
-        0o644,
-    )?;
-    write_file(
-        root,
-        "usr/lib/systemd/system/systemd-cryptsetup@sovstate.service.d/50-sovereign-state.conf",
-        b"[Unit]\nWants=sovereign-state.service\nAfter=sovereign-state.service\n",
-        0o644,
-    )?;
-    write_file(
-        root,
-        "etc/crypttab",
-        format!(
-            "# The sealed state partition (sovereign-state.service creates it on first boot).\n\
-             sovstate {STATE_PARTITION} - tpm2-device=auto,headless=true\n"
-        )
-        .as_bytes(),
-        0o644,
-    )?;
-    Ok(())
+    )
 }
 
 /// os-release of the image (also the UKI's `.osrel`).
@@ -676,4 +659,28 @@ pub fn write_signed_manifest(
     let path = out.join("manifest.json");
     std::fs::write(&path, signed.to_bytes()?).map_err(io(&path))?;
     Ok(signed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The initrd finds the state partition by the label repart gives it, and the root's
+    /// unit waits for the same partition.
+    #[test]
+    fn the_state_partition_is_the_one_the_initrd_opens() {
+        let label = sovereign_init::state::PARTLABEL;
+        let conf = include_str!("../files/repart.d/50-state.conf");
+        assert!(
+            conf.lines().any(|l| l.trim() == format!("Label={label}")),
+            "repart.d/50-state.conf must label the partition {label}"
+        );
+        assert_eq!(STATE_PARTITION, format!("/dev/disk/by-partlabel/{label}"));
+        let unit = state_unit("/dev/disk/by-id/virtio-sovereign-state");
+        assert!(unit.contains("ConditionPathIsMountPoint=!/var/lib/hostd"));
+        assert!(unit.contains(&format!(
+            "attach {} {STATE_PARTITION} ",
+            sovereign_init::state::NAME
+        )));
+    }
 }

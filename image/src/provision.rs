@@ -10,7 +10,7 @@ use crate::rootfs::{run, TreeError};
 use std::path::Path;
 use std::process::Command;
 
-/// The file system label the image's fstab mounts the provisioning disk by.
+/// The file system label `sovereign-provision.service` mounts the provisioning disk by.
 pub const LABEL: &str = "SOVPROVISION";
 
 /// Makes `out` (a new raw disk image of `size_mib`) holding `from` as its `node/` folder.

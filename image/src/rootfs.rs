@@ -222,8 +222,11 @@ pub const LEFT_OUT: &[&str] = &[
     // Generators for what the image never has (SysV scripts, rc.local, hibernation, integrity
     // volumes, offline updates, units on the command line, automatic GPT discovery, which
     // could otherwise mount an ESP it found), and verity volumes (sovereign-init, the initrd,
-    // has opened the root's already: systemd's would start a service that finds it active):
-    // each is a process at every boot. fstab and cryptsetup stay.
+    // has opened the root's already: systemd's would start a service that finds it active),
+    // and encrypted volumes (the image has no crypttab: the initrd opens the state disk, and
+    // on the first boot sovereign-state.service runs systemd-cryptsetup itself): each is a
+    // process at every boot. fstab's stays.
+    "usr/lib/systemd/system-generators/systemd-cryptsetup-generator",
     "usr/lib/systemd/system-generators/systemd-debug-generator",
     "usr/lib/systemd/system-generators/systemd-gpt-auto-generator",
     "usr/lib/systemd/system-generators/systemd-hibernate-resume-generator",

@@ -1,6 +1,7 @@
 //! The initrd's one job, in order: the kernel's filesystems, the boot modules, `enter-initrd`,
 //! the root's two devices by their UUIDs, the verity device over them, the root mounted
-//! read-only, `leave-initrd`, and the switch into the root's `/sbin/init` (systemd). Each
+//! read-only, `leave-initrd`, `/var` and the state disk, and the switch into the root's
+//! `/sbin/init` (systemd). Each
 //! step's failure is an [`InitError`] naming what it was doing; `main` prints it and powers
 //! the node off, as the root's systemd does with a failed boot.
 
@@ -9,6 +10,7 @@ use crate::dm::{Control, DmError};
 use crate::kmod::{self, KmodError, Loaded};
 use crate::phase::{self, PhaseError, Phases};
 use crate::probe::{self, Signature, PROBE_LEN};
+use crate::state::{self, StateError};
 use crate::verity::{self, DevNum, VerityError};
 use rustix::mount::{mount, mount_move, MountFlags};
 use std::collections::BTreeMap;
@@ -95,6 +97,9 @@ pub enum InitError {
     /// device-mapper refused the verity device.
     #[error("setting up the verity device")]
     Dm(#[source] DmError),
+    /// The state disk is there but did not open (or `/var` could not be mounted).
+    #[error("opening the state disk")]
+    State(#[from] StateError),
     /// The mounted root has no init.
     #[error("the root has no {0}")]
     NoInit(&'static str),
@@ -137,6 +142,8 @@ pub fn run() -> Result<Infallible, InitError> {
     ));
     measure(&mut phases, phase::LEAVE_INITRD)?;
     drop(phases);
+    // After `leave-initrd`: the passphrase was sealed at that PCR 11 (docs/image.md).
+    open_state(&say)?;
     switch_root(Path::new(SYSROOT))
 }
 
@@ -179,16 +186,25 @@ fn mount_efivars() -> Result<bool, InitError> {
 }
 
 fn load_modules(say: &dyn Fn(&str)) -> Result<(), InitError> {
+    let wanted = kmod::names(&read(MODULE_LIST)?);
+    load_modules_from(Path::new("/usr/lib/modules"), &wanted, say)
+}
+
+/// Loads `wanted` (and what they depend on) from `<modules>/<release>`.
+fn load_modules_from(
+    modules: &Path,
+    wanted: &[String],
+    say: &dyn Fn(&str),
+) -> Result<(), InitError> {
     let release = rustix::system::uname()
         .release()
         .to_string_lossy()
         .into_owned();
-    let dir = PathBuf::from("/usr/lib/modules").join(&release);
+    let dir = modules.join(&release);
     let dep = read(dir.join("modules.dep"))?;
     // Absent when nothing the list names is built in.
     let builtin = std::fs::read_to_string(dir.join("modules.builtin")).unwrap_or_default();
-    let wanted = kmod::names(&read(MODULE_LIST)?);
-    for rel in kmod::load_order(&dep, &builtin, &wanted)? {
+    for rel in kmod::load_order(&dep, &builtin, wanted)? {
         if kmod::load(&dir.join(&rel))? == Loaded::NoDevice {
             say(&format!(
                 "{} has nothing to drive here",
@@ -196,6 +212,26 @@ fn load_modules(say: &dyn Fn(&str)) -> Result<(), InitError> {
             ));
         }
     }
+    Ok(())
+}
+
+/// `/var`, then the state disk if it has its partition: its modules come from the verified
+/// root (the initrd does not carry them), its key from the TPM (`state`).
+fn open_state(say: &dyn Fn(&str)) -> Result<(), InitError> {
+    let sysroot = Path::new(SYSROOT);
+    state::mount_var(sysroot)?;
+    let Some(part) = state::find() else {
+        say("no state partition yet: the root creates it (first boot)");
+        return Ok(());
+    };
+    let wanted: Vec<String> = state::MODULES.iter().map(|m| (*m).to_owned()).collect();
+    load_modules_from(&sysroot.join("usr/lib/modules"), &wanted, say)?;
+    let mapped = state::open(&part, sysroot, Path::new(tpm::DEFAULT_DEVICE), DEVICE_WAIT)?;
+    say(&format!(
+        "state disk {} unsealed with the TPM, {} mounted at /var/lib/hostd",
+        part.node.display(),
+        mapped.display()
+    ));
     Ok(())
 }
 
@@ -301,19 +337,21 @@ fn open_verity(spec: &RootSpec, data: &Path, hash: &Path) -> Result<PathBuf, Ini
     let dev = control
         .create_readonly(ROOT_NAME, &uuid, "verity", &table)
         .map_err(InitError::Dm)?;
-    // devtmpfs names it dm-N; systemd and the root's fstab know it as /dev/mapper/root.
-    let node = PathBuf::from("/dev/mapper").join(ROOT_NAME);
-    let mknod = rustix::fs::mknodat(
+    make_node(ROOT_NAME, dev).map_err(|(path, source)| InitError::Node { path, source })
+}
+
+/// `/dev/mapper/<name>` for a device-mapper device: devtmpfs names it dm-N; systemd, the
+/// root's fstab and its units know it by name.
+pub(crate) fn make_node(name: &str, dev: DevNum) -> Result<PathBuf, (PathBuf, io::Error)> {
+    let node = PathBuf::from("/dev/mapper").join(name);
+    rustix::fs::mknodat(
         rustix::fs::CWD,
         &node,
         rustix::fs::FileType::BlockDevice,
         rustix::fs::Mode::from_raw_mode(0o600),
         rustix::fs::makedev(dev.major, dev.minor),
-    );
-    mknod.map_err(|e| InitError::Node {
-        path: node.clone(),
-        source: e.into(),
-    })?;
+    )
+    .map_err(|e| (node.clone(), e.into()))?;
     Ok(node)
 }
 

@@ -10,6 +10,7 @@ use crate::verity::{DevNum, Table};
 use std::fs::File;
 use std::io;
 use std::path::Path;
+use zeroize::Zeroize;
 
 /// `sizeof(struct dm_ioctl)`.
 pub const HEADER_LEN: usize = 312;
@@ -184,14 +185,16 @@ impl Control {
     }
 
     fn call(&self, command: Command, name: &str, mut buf: Vec<u8>) -> Result<Vec<u8>, DmError> {
-        crate::sys::dm_ioctl(&self.file, command.request(), &mut buf).map_err(|source| {
-            DmError::Ioctl {
-                command,
-                name: name.to_owned(),
-                source,
-            }
-        })?;
+        self.call_in_place(command, name, &mut buf)?;
         Ok(buf)
+    }
+
+    fn call_in_place(&self, command: Command, name: &str, buf: &mut [u8]) -> Result<(), DmError> {
+        crate::sys::dm_ioctl(&self.file, command.request(), buf).map_err(|source| DmError::Ioctl {
+            command,
+            name: name.to_owned(),
+            source,
+        })
     }
 
     /// Creates a read-only device `name` with `table` live (create, load, resume); returns
@@ -203,10 +206,26 @@ impl Control {
         target: &str,
         table: &Table,
     ) -> Result<DevNum, DmError> {
+        self.create(name, uuid, target, table, READONLY)
+    }
+
+    /// Creates a device `name` with `table` live (create, load with `flags`, resume); returns
+    /// its device number. The table load's buffer is wiped after the call: a dm-crypt table
+    /// carries the volume key.
+    pub fn create(
+        &self,
+        name: &str,
+        uuid: &str,
+        target: &str,
+        table: &Table,
+        flags: u32,
+    ) -> Result<DevNum, DmError> {
         let created = self.call(Command::Create, name, request(name, Some(uuid), 0, &[])?)?;
         let dev = answered_dev(&created, Command::Create)?;
-        let load = request(name, None, READONLY, &[(target, table)])?;
-        self.call(Command::LoadTable, name, load)?;
+        let mut load = request(name, None, flags, &[(target, table)])?;
+        let loaded = self.call_in_place(Command::LoadTable, name, &mut load);
+        load.zeroize();
+        loaded?;
         self.call(Command::Resume, name, request(name, None, 0, &[])?)?;
         Ok(dev)
     }

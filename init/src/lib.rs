@@ -11,8 +11,12 @@
 //!    ([`cmdline`], [`probe`]);
 //! 5. creates the read-only dm-verity device `root` from the hash device's superblock and the
 //!    command line's root hash ([`verity`], [`dm`]), and mounts it read-only;
-//! 6. extends PCR 11 with `leave-initrd`, moves the kernel filesystems into the root, frees
-//!    the initramfs and executes the root's `/sbin/init` (systemd) as PID 1.
+//! 6. extends PCR 11 with `leave-initrd`;
+//! 7. mounts the root's `/var` (memory) and, when the node's state partition is there, opens
+//!    it with the key the TPM unseals under PCR 11 and mounts it at `/var/lib/hostd`
+//!    ([`state`], [`luks`]);
+//! 8. moves the kernel filesystems into the root, frees the initramfs and executes the root's
+//!    `/sbin/init` (systemd) as PID 1.
 //!
 //! Why not systemd in the initrd too, as before: under emulation (the VM test's TCG, one
 //! vCPU) a systemd initrd took about 16 s, udev's coldplug and a second systemd start among
@@ -26,7 +30,9 @@ pub mod boot;
 pub mod cmdline;
 pub mod dm;
 pub mod kmod;
+pub mod luks;
 pub mod phase;
 pub mod probe;
+pub mod state;
 mod sys;
 pub mod verity;

@@ -1,0 +1,452 @@
+//! The node's state disk (`/var/lib/hostd`: sled, keys, the ledger), opened and mounted here
+//! so that the root's systemd finds it mounted and hostd starts without waiting for udev to
+//! announce the disk and for `systemd-cryptsetup` (together 3 to 5 s of boot under the VM
+//! test's emulation).
+//!
+//! The disk is what `systemd-repart` made on the node's first boot (`sovereign-state.service`
+//! in the root): a GPT partition labelled [`PARTLABEL`] holding LUKS2, whose one keyslot's
+//! passphrase is a secret sealed to the TPM under a PCR 11 policy, described by the volume's
+//! `systemd-tpm2` token. Opening it is what `systemd-cryptsetup` does with that token:
+//! 1. unseal the secret with the TPM ([`tpm::unseal`]): it is released only while PCR 11
+//!    holds what it held when the secret was sealed, before the root's `sysinit` phase: this
+//!    image's UKI sections, `enter-initrd` and `leave-initrd`. So this runs after
+//!    `leave-initrd` is measured, as the root's `systemd-cryptsetup` ran;
+//! 2. the keyslot's passphrase is the secret in base64 (systemd's convention); with it the
+//!    keyslot gives the volume key ([`crate::luks`]);
+//! 3. the dm-crypt device [`NAME`] over the partition's data segment, as `cryptsetup open`
+//!    makes it ([`crate::dm`]), and ext4 on it mounted at `/var/lib/hostd` on a tmpfs `/var`.
+//!
+//! A disk without the partition (the first boot, or a disk the kernel had not yet probed) is
+//! left to the root, whose `sovereign-state.service` creates or opens it. A partition that
+//! does not open (another image, another TPM, a damaged header) is an error: the node powers
+//! off rather than start without its state, as it did when the root opened the disk.
+
+use crate::dm::{Control, DmError};
+use crate::luks::{Header, LuksError, Segment};
+use crate::verity::{DevNum, Table};
+use base64::Engine;
+use rustix::mount::{mount, MountFlags};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use zeroize::{Zeroize, Zeroizing};
+
+/// The GPT partition label `image/files/repart.d/50-state.conf` gives the state partition.
+pub const PARTLABEL: &str = "sovereign-state";
+/// The dm-crypt device's name (the root's `/dev/mapper/sovstate`).
+pub const NAME: &str = "sovstate";
+/// Modules the state disk needs, loaded from the verified root (they are in its tree, and
+/// leaving them out of the initrd keeps the UKI small): dm-crypt, AES-XTS (with AES-NI where
+/// the CPU has it) and ext4.
+pub const MODULES: &[&str] = &["dm_crypt", "xts", "ecb", "aesni_intel", "ext4"];
+/// `/var` inside the root: memory, as the image has always had it.
+const VAR: &str = "var";
+/// The state disk's mount point inside the root.
+const STATE_DIR: &str = "var/lib/hostd";
+/// The only data segment layout `repart` writes and this opens.
+const CIPHER: &str = "aes-xts-plain64";
+const SECTOR: u64 = 512;
+
+/// Why the state disk could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StateError {
+    /// A device or sysfs file could not be read.
+    #[error("reading {path}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// The partition's LUKS2 header is unreadable, or no keyslot opens with the secret.
+    #[error("the LUKS2 volume on {device}")]
+    Luks {
+        /// The partition.
+        device: PathBuf,
+        #[source]
+        source: LuksError,
+    },
+    /// The volume has no `systemd-tpm2` token: nothing says how to unseal its passphrase.
+    #[error("{device} has no systemd-tpm2 token")]
+    NoToken {
+        /// The partition.
+        device: PathBuf,
+    },
+    /// The TPM did not appear.
+    #[error("the state disk is sealed to the TPM, but {device} did not appear within {secs} s")]
+    NoTpm {
+        /// The TPM device.
+        device: PathBuf,
+        /// How long the init waited.
+        secs: u64,
+    },
+    /// The TPM refused to unseal the passphrase (under another image: PCR 11 differs).
+    #[error("unsealing the state disk's passphrase")]
+    Unseal(#[source] tpm::TpmError),
+    /// The data segment is not one this init can map.
+    #[error("the state volume's data segment ({cipher}, {sector_size}-byte sectors) is not {CIPHER} with 512-byte sectors")]
+    Segment {
+        /// Its cipher.
+        cipher: String,
+        /// Its sector size.
+        sector_size: u32,
+    },
+    /// The partition ends before the header says its data starts.
+    #[error(
+        "the state partition ({sectors} sectors) ends before its data segment (sector {offset})"
+    )]
+    TooSmall {
+        /// The partition's length.
+        sectors: u64,
+        /// Where the data segment starts.
+        offset: u64,
+    },
+    /// device-mapper refused the dm-crypt device.
+    #[error("setting up the dm-crypt device {NAME}")]
+    Dm(#[source] DmError),
+    /// The device node could not be made.
+    #[error("making the device node {path}")]
+    Node {
+        /// The node.
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// A mount failed.
+    #[error("mounting {what} on {target}")]
+    Mount {
+        /// What was mounted.
+        what: String,
+        /// Where.
+        target: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// A block device partition as its sysfs `uevent` describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Partition {
+    /// `/dev/<DEVNAME>`.
+    pub node: PathBuf,
+    /// `/sys/class/block/<DEVNAME>`.
+    sys: PathBuf,
+}
+
+/// The state partition, if the kernel has one: none on the first boot, when the root's
+/// `sovereign-state.service` makes it (or, should a slow controller not have shown it yet,
+/// opens it).
+pub fn find() -> Option<Partition> {
+    find_partition(Path::new("/sys/class/block"))
+}
+
+/// Unseals, unlocks and maps `part`, and mounts it at `/var/lib/hostd` in `sysroot` (after
+/// [`mount_var`]); returns the dm-crypt device's node. `tpm_device` is the TPM's resource
+/// manager, waited for up to `wait`.
+pub fn open(
+    part: &Partition,
+    sysroot: &Path,
+    tpm_device: &Path,
+    wait: Duration,
+) -> Result<PathBuf, StateError> {
+    let mapped = map(part, tpm_device, wait)?;
+    let target = sysroot.join(STATE_DIR);
+    mount_at(
+        &mapped.display().to_string(),
+        &target,
+        "ext4",
+        MountFlags::NODEV | MountFlags::NOSUID,
+        "",
+    )?;
+    Ok(mapped)
+}
+
+/// Mounts `/var` in `sysroot`: memory, as the root's fstab had it, with the state disk's
+/// mount point inside. On every boot, first or not.
+pub fn mount_var(sysroot: &Path) -> Result<(), StateError> {
+    let var = sysroot.join(VAR);
+    mount_at(
+        "tmpfs",
+        &var,
+        "tmpfs",
+        MountFlags::NODEV | MountFlags::NOSUID,
+        "mode=0755,size=256M",
+    )?;
+    let dir = sysroot.join(STATE_DIR);
+    std::fs::create_dir_all(&dir).map_err(|source| StateError::Mount {
+        what: "the state disk's mount point".into(),
+        target: dir,
+        source,
+    })
+}
+
+fn mount_at(
+    what: &str,
+    target: &Path,
+    fstype: &str,
+    flags: MountFlags,
+    data: &str,
+) -> Result<(), StateError> {
+    let err = |source: io::Error| StateError::Mount {
+        what: what.to_owned(),
+        target: target.to_owned(),
+        source,
+    };
+    let data = std::ffi::CString::new(data).map_err(|e| err(io::Error::other(e)))?;
+    mount(what, target, fstype, flags, Some(data.as_c_str())).map_err(|e| err(e.into()))
+}
+
+/// The first partition under `class` (sysfs `/sys/class/block`) whose GPT name is
+/// [`PARTLABEL`].
+fn find_partition(class: &Path) -> Option<Partition> {
+    let mut entries: Vec<_> = std::fs::read_dir(class).ok()?.flatten().collect();
+    entries.sort_by_key(|e| e.file_name());
+    entries.into_iter().find_map(|entry| {
+        let sys = entry.path();
+        let uevent = std::fs::read_to_string(sys.join("uevent")).ok()?;
+        let devname = labelled(&uevent, PARTLABEL)?;
+        Some(Partition {
+            node: Path::new("/dev").join(devname),
+            sys,
+        })
+    })
+}
+
+/// The `DEVNAME` of a partition `uevent` whose `PARTNAME` is `label`.
+fn labelled<'a>(uevent: &'a str, label: &str) -> Option<&'a str> {
+    let field = |key: &str| {
+        uevent
+            .lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+    };
+    (field("DEVTYPE")? == "partition" && field("PARTNAME")? == label)
+        .then(|| field("DEVNAME"))
+        .flatten()
+        .filter(|name| !name.is_empty() && !name.contains('/') && !name.contains(".."))
+}
+
+/// Unseals, unlocks and maps the partition; returns `/dev/mapper/`[`NAME`].
+fn map(part: &Partition, tpm_device: &Path, wait: Duration) -> Result<PathBuf, StateError> {
+    let device = &part.node;
+    let luks = |source| StateError::Luks {
+        device: device.clone(),
+        source,
+    };
+    let mut dev = std::fs::File::open(device).map_err(|source| StateError::Read {
+        path: device.clone(),
+        source,
+    })?;
+    let header = Header::read(&mut dev).map_err(luks)?;
+    let token = header
+        .systemd_tpm2_token()
+        .ok_or_else(|| StateError::NoToken {
+            device: device.clone(),
+        })?;
+    let secret = unseal(tpm_device, wait, &token)?;
+    let passphrase =
+        Zeroizing::new(base64::engine::general_purpose::STANDARD.encode(secret.as_bytes()));
+    let key = header
+        .unlock(&mut dev, passphrase.as_bytes(), Some(&token.keyslots))
+        .map_err(luks)?;
+    let segment = header.segment().map_err(luks)?;
+    let sectors = read_u64(&part.sys.join("size"))?;
+    let mut table = crypt_table(&segment, key.as_bytes(), dev_num(device)?, sectors)?;
+    let uuid = format!("CRYPT-LUKS2-{}-{NAME}", header.uuid().replace('-', ""));
+    let created = Control::open(Path::new("/dev/mapper/control"))
+        .and_then(|c| c.create(NAME, &uuid, "crypt", &table, 0));
+    table.params.zeroize();
+    let dev = created.map_err(StateError::Dm)?;
+    crate::boot::make_node(NAME, dev).map_err(|(path, source)| StateError::Node { path, source })
+}
+
+/// Waits, bounded, for the TPM and unseals the token's secret.
+fn unseal(
+    tpm_device: &Path,
+    wait: Duration,
+    token: &crate::luks::Tpm2Token,
+) -> Result<tpm::unseal::Secret, StateError> {
+    let deadline = Instant::now() + wait;
+    while !tpm_device.exists() {
+        if Instant::now() > deadline {
+            return Err(StateError::NoTpm {
+                device: tpm_device.to_owned(),
+                secs: wait.as_secs(),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let primary = token
+        .primary_alg
+        .as_deref()
+        .map(tpm::unseal::PrimaryAlg::parse)
+        .transpose()
+        .map_err(StateError::Unseal)?;
+    let object = tpm::unseal::SealedObject {
+        blob: &token.blob,
+        pcrs: &token.pcrs,
+        bank: &token.pcr_bank,
+        primary,
+    };
+    let mut t = tpm::Device::open(tpm_device).map_err(StateError::Unseal)?;
+    tpm::unseal::unseal(&mut t, &object).map_err(StateError::Unseal)
+}
+
+/// The dm-crypt table `cryptsetup open` loads for a LUKS2 data segment: the cipher, the key
+/// in hex, the IV offset, the partition and the segment's start, both in 512-byte sectors.
+/// The partition is `sectors` long.
+fn crypt_table(
+    segment: &Segment,
+    key: &[u8],
+    partition: DevNum,
+    sectors: u64,
+) -> Result<Table, StateError> {
+    if segment.cipher != CIPHER || u64::from(segment.sector_size) != SECTOR {
+        return Err(StateError::Segment {
+            cipher: segment.cipher.clone(),
+            sector_size: segment.sector_size,
+        });
+    }
+    let offset = segment.offset / SECTOR;
+    let available = sectors
+        .checked_sub(offset)
+        .filter(|&n| n > 0)
+        .ok_or(StateError::TooSmall { sectors, offset })?;
+    let length = match segment.size {
+        Some(bytes) => (bytes / SECTOR).min(available),
+        None => available,
+    };
+    let key = Zeroizing::new(hex::encode(key));
+    let params = format!(
+        "{CIPHER} {} {} {}:{} {offset}",
+        key.as_str(),
+        segment.iv_tweak,
+        partition.major,
+        partition.minor
+    );
+    Ok(Table {
+        sectors: length,
+        params,
+    })
+}
+
+fn read_u64(path: &Path) -> Result<u64, StateError> {
+    let err = |source| StateError::Read {
+        path: path.to_owned(),
+        source,
+    };
+    let text = std::fs::read_to_string(path).map_err(err)?;
+    text.trim()
+        .parse()
+        .map_err(|e| err(io::Error::new(io::ErrorKind::InvalidData, e)))
+}
+
+fn dev_num(path: &Path) -> Result<DevNum, StateError> {
+    use std::os::unix::fs::MetadataExt;
+    let rdev = std::fs::metadata(path)
+        .map_err(|source| StateError::Read {
+            path: path.to_owned(),
+            source,
+        })?
+        .rdev();
+    Ok(DevNum {
+        major: rustix::fs::major(rdev),
+        minor: rustix::fs::minor(rdev),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_partition_is_found_by_its_gpt_name() {
+        let part = "MAJOR=254\nMINOR=49\nDEVNAME=vdd1\nDEVTYPE=partition\nDISKSEQ=4\nPARTN=1\nPARTNAME=sovereign-state\n";
+        assert_eq!(labelled(part, PARTLABEL), Some("vdd1"));
+        assert_eq!(
+            labelled(&part.replace("sovereign-state", "other"), PARTLABEL),
+            None
+        );
+        // A whole disk is never taken, nor a name that would leave /dev.
+        assert_eq!(
+            labelled(&part.replace("=partition", "=disk"), PARTLABEL),
+            None
+        );
+        assert_eq!(labelled(&part.replace("vdd1", "../sda"), PARTLABEL), None);
+        assert_eq!(labelled("PARTNAME=sovereign-state\n", PARTLABEL), None);
+    }
+
+    #[test]
+    fn a_sysfs_tree_without_the_label_means_first_boot() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, uevent) in [
+            ("vda", "DEVNAME=vda\nDEVTYPE=disk\n"),
+            ("vdb1", "DEVNAME=vdb1\nDEVTYPE=partition\nPARTNAME=esp\n"),
+        ] {
+            std::fs::create_dir(dir.path().join(name)).unwrap();
+            std::fs::write(dir.path().join(name).join("uevent"), uevent).unwrap();
+        }
+        assert_eq!(find_partition(dir.path()), None);
+        std::fs::create_dir(dir.path().join("vdd1")).unwrap();
+        std::fs::write(
+            dir.path().join("vdd1/uevent"),
+            "DEVNAME=vdd1\nDEVTYPE=partition\nPARTNAME=sovereign-state\n",
+        )
+        .unwrap();
+        let found = find_partition(dir.path()).unwrap();
+        assert_eq!(found.node, Path::new("/dev/vdd1"));
+        assert_eq!(found.sys, dir.path().join("vdd1"));
+    }
+
+    fn segment(cipher: &str, sector_size: u32, size: Option<u64>) -> Segment {
+        Segment {
+            offset: 16 << 20,
+            size,
+            iv_tweak: 0,
+            cipher: cipher.into(),
+            sector_size,
+        }
+    }
+
+    #[test]
+    fn the_table_is_cryptsetups() {
+        let dev = DevNum {
+            major: 254,
+            minor: 49,
+        };
+        let t = crypt_table(&segment(CIPHER, 512, None), &[0xab; 32], dev, 1_046_528).unwrap();
+        assert_eq!(t.sectors, 1_046_528 - 32_768);
+        assert_eq!(
+            t.params,
+            format!("aes-xts-plain64 {} 0 254:49 32768", "ab".repeat(32))
+        );
+        let fixed = crypt_table(
+            &segment(CIPHER, 512, Some(1 << 20)),
+            &[1; 32],
+            dev,
+            1_046_528,
+        )
+        .unwrap();
+        assert_eq!(fixed.sectors, 2048);
+        assert!(matches!(
+            crypt_table(&segment(CIPHER, 512, None), &[1; 32], dev, 32_768),
+            Err(StateError::TooSmall {
+                sectors: 32_768,
+                offset: 32_768
+            })
+        ));
+        assert!(matches!(
+            crypt_table(&segment(CIPHER, 4096, None), &[1; 32], dev, 1_046_528),
+            Err(StateError::Segment { .. })
+        ));
+        assert!(matches!(
+            crypt_table(
+                &segment("aes-cbc-essiv:sha256", 512, None),
+                &[1; 32],
+                dev,
+                1 << 20
+            ),
+            Err(StateError::Segment { .. })
+        ));
+    }
+}
