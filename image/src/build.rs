@@ -252,10 +252,43 @@ fn install_hostd(spec: &BuildSpec, root: &Path) -> Result<(), BuildError> {
     Ok(rootfs::install_stripped(&spec.hostd, &root.join(HOSTD))?)
 }
 
+/// Where the root has `sovereign-init`, for its `pcrphase` mode.
+const PCRPHASE: &str = "usr/lib/sovereign-host/sovereign-init";
+
+/// The units that measure the root's boot phases, with the phase each measures as it starts
+/// and as it stops (systemd 252's).
+const PCRPHASE_UNITS: [(&str, &str, &str); 2] = [
+    ("systemd-pcrphase-sysinit.service", "sysinit", "final"),
+    ("systemd-pcrphase.service", "ready", "shutdown"),
+];
+
+/// The root's boot phases are measured by `sovereign-init pcrphase`, as the initrd's are,
+/// rather than by systemd-pcrphase: the same digests into the same PCR, without loading
+/// systemd's shared library, the TPM software stack and OpenSSL at each phase (seconds of
+/// the path to hostd under emulation). The units, their ordering and conditions stay
+/// systemd's.
+fn install_pcrphase(spec: &BuildSpec, root: &Path) -> Result<(), BuildError> {
+    rootfs::install_stripped(&spec.init, &root.join(PCRPHASE))?;
+    for (unit, start, stop) in PCRPHASE_UNITS {
+        let dropin = format!(
+            "[Service]\nExecStart=\nExecStart=/{PCRPHASE} pcrphase {start}\n\
+             ExecStop=\nExecStop=/{PCRPHASE} pcrphase {stop}\n"
+        );
+        write_file(
+            root,
+            &format!("usr/lib/systemd/system/{unit}.d/50-sovereign.conf"),
+            dropin.as_bytes(),
+            0o644,
+        )?;
+    }
+    Ok(())
+}
+
 /// hostd, its units and the image's configuration files.
 fn install_files(spec: &BuildSpec, root: &Path) -> Result<(), BuildError> {
     let f = |name: &str| read(&spec.files.join(name));
     install_hostd(spec, root)?;
+    install_pcrphase(spec, root)?;
     write_file(
         root,
         "usr/lib/systemd/system/hostd.service",
@@ -682,5 +715,17 @@ mod tests {
             "attach {} {STATE_PARTITION} ",
             sovereign_init::state::NAME
         )));
+    }
+
+    /// The root's phases measured in place of systemd-pcrphase are the ones the prediction
+    /// has, and ones `sovereign-init pcrphase` accepts.
+    #[test]
+    fn the_pcrphase_units_measure_the_predicted_phases() {
+        let roots = sovereign_init::phase::ROOT_PHASES;
+        for (_, start, stop) in PCRPHASE_UNITS {
+            assert!(roots.contains(&start) && roots.contains(&stop));
+        }
+        let started: Vec<&str> = PCRPHASE_UNITS.iter().map(|(_, s, _)| *s).collect();
+        assert_eq!(started, crate::measure::BOOT_PHASES[2..]);
     }
 }

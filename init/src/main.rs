@@ -1,13 +1,26 @@
 //! `/init` of the image's initrd (see the library's documentation). Runs only as PID 1: it
 //! mounts, loads modules and replaces the root, which on any other process would be harm.
+//!
+//! The root has a copy too, for one other job: `sovereign-init pcrphase <phase>` measures
+//! the root's boot phases into PCR 11 in place of `systemd-pcrphase` (see
+//! `sovereign_init::phase::measure_root_phase`).
 
 #![deny(unsafe_code)]
 
 use std::time::Duration;
 
 fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let [mode, phase] = args.as_slice() {
+        if mode == "pcrphase" {
+            std::process::exit(pcrphase(phase));
+        }
+    }
     if std::process::id() != 1 {
-        eprintln!("sovereign-init: this is the image's initrd init; it runs only as PID 1");
+        eprintln!(
+            "sovereign-init: this is the image's initrd init; it runs only as PID 1 \
+             (or as `sovereign-init pcrphase <phase>`)"
+        );
         std::process::exit(2);
     }
     let Err(error) = sovereign_init::boot::run();
@@ -17,6 +30,22 @@ fn main() {
     );
     eprintln!("sovereign-init: powering off");
     power_off();
+}
+
+/// Measures a phase of the root's boot; the exit status and a line for the journal say how
+/// it went.
+fn pcrphase(phase: &str) -> i32 {
+    let device = std::path::Path::new(tpm::DEFAULT_DEVICE);
+    match sovereign_init::phase::measure_root_phase(phase, device) {
+        Ok(()) => {
+            println!("extended PCR 11 with '{phase}' (SHA-256 bank)");
+            0
+        }
+        Err(e) => {
+            eprintln!("sovereign-init: {}", attest::report::report(&e));
+            1
+        }
+    }
 }
 
 /// PID 1 must not exit (the kernel would panic): power off, or wait for the operator.

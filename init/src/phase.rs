@@ -80,6 +80,49 @@ impl Phases {
     }
 }
 
+/// The phases the root's systemd measures, in its `systemd-pcrphase-sysinit.service` (start,
+/// stop) and `systemd-pcrphase.service` (start, stop).
+pub const ROOT_PHASES: [&str; 4] = ["sysinit", "final", "ready", "shutdown"];
+
+/// How long the root's measurements wait for the TPM device (it is there long before).
+const ROOT_WAIT: Duration = Duration::from_secs(10);
+
+/// Why a phase of the root was not measured.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RootPhaseError {
+    /// Not one of [`ROOT_PHASES`]: a typo in a unit would otherwise measure a word no
+    /// prediction has.
+    #[error("{0:?} is not a phase the root measures (one of {ROOT_PHASES:?})")]
+    Unknown(String),
+    /// The TPM could not be reached or refused the extension.
+    #[error("measuring {phase} into PCR 11")]
+    Tpm {
+        /// The phase.
+        phase: String,
+        #[source]
+        source: PhaseError,
+    },
+}
+
+/// `sovereign-init pcrphase <phase>`: what `systemd-pcrphase <phase>` does in the root's
+/// units, as the initrd does for its own two phases. systemd-pcrphase links systemd's shared
+/// library and loads the TPM software stack and OpenSSL at each run: under the VM test's
+/// emulation that made its `sysinit` and `ready` measurements, which hostd waits for, take
+/// seconds. The units' conditions (a TPM, systemd-stub's measurement) still decide whether it
+/// runs; `device` is the TPM.
+pub fn measure_root_phase(phase: &str, device: &Path) -> Result<(), RootPhaseError> {
+    if !ROOT_PHASES.contains(&phase) {
+        return Err(RootPhaseError::Unknown(phase.to_owned()));
+    }
+    let tpm = |source| RootPhaseError::Tpm {
+        phase: phase.to_owned(),
+        source,
+    };
+    let mut phases = Phases::open(true, device, ROOT_WAIT).map_err(tpm)?;
+    phases.measure(phase).map(drop).map_err(tpm)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,6 +140,13 @@ mod tests {
     fn without_the_stubs_measurement_nothing_is_measured() {
         let mut p = Phases::open(false, Path::new("/nonexistent/tpm"), Duration::ZERO).unwrap();
         assert!(!p.measure(ENTER_INITRD).unwrap());
+    }
+
+    #[test]
+    fn only_the_roots_phases_are_measured_there() {
+        let err = measure_root_phase("sysnit", Path::new("/nonexistent/tpm")).unwrap_err();
+        assert!(matches!(err, RootPhaseError::Unknown(_)), "{err}");
+        assert!(!ROOT_PHASES.contains(&ENTER_INITRD));
     }
 
     #[test]
