@@ -970,6 +970,19 @@ mod tests {
             File::open(&self.image).unwrap()
         }
 
+        /// A wrong passphrase is refused after trying the one keyslot; returns the error.
+        fn refuses_a_wrong_passphrase(&self) -> LuksError {
+            let err = self
+                .header()
+                .unlock(&mut self.open(), b"wrong", None)
+                .unwrap_err();
+            assert!(
+                matches!(err, LuksError::WrongPassphrase { tried: 1 }),
+                "{err:?}"
+            );
+            err
+        }
+
         fn header(&self) -> Header {
             Header::read(&mut self.open()).unwrap()
         }
@@ -1050,14 +1063,7 @@ mod tests {
     #[test]
     fn a_wrong_passphrase_says_how_many_keyslots_were_tried() {
         let c = Container::pbkdf2();
-        let err = c
-            .header()
-            .unlock(&mut c.open(), b"wrong", None)
-            .unwrap_err();
-        assert!(
-            matches!(err, LuksError::WrongPassphrase { tried: 1 }),
-            "{err:?}"
-        );
+        let err = c.refuses_a_wrong_passphrase();
         assert_eq!(
             err.to_string(),
             "the passphrase opens none of the 1 LUKS2 keyslots tried"
@@ -1253,14 +1259,7 @@ mod tests {
         let expected = c.volume_key();
         assert_eq!(expected.len(), 64);
         assert_eq!(key.as_bytes(), expected.as_slice());
-        let err = c
-            .header()
-            .unlock(&mut c.open(), b"wrong", None)
-            .unwrap_err();
-        assert!(
-            matches!(err, LuksError::WrongPassphrase { tried: 1 }),
-            "{err:?}"
-        );
+        c.refuses_a_wrong_passphrase();
     }
 
     #[test]

@@ -151,20 +151,35 @@ impl Command {
     }
 }
 
+/// The parameters TPM2_CreatePrimary and TPM2_Create share: an empty authorization value
+/// with `data` as the sensitive part, the object's `template` (TPMT_PUBLIC), no outside
+/// information and no creation PCRs.
+pub(crate) fn create_params(data: &[u8], template: &[u8]) -> Vec<u8> {
+    let mut sensitive = vec![0, 0]; // userAuth: empty
+    put_tpm2b(&mut sensitive, data);
+    let mut params = Vec::new();
+    put_tpm2b(&mut params, &sensitive);
+    put_tpm2b(&mut params, template);
+    params.extend_from_slice(&[0, 0]); // outsideInfo
+    params.extend_from_slice(&[0, 0, 0, 0]); // creationPCR: none
+    params
+}
+
+/// TPM2_CreatePrimary in `hierarchy` (empty password) from `template`.
+pub(crate) fn create_primary(hierarchy: u32, template: &[u8]) -> Command {
+    Command {
+        name: "TPM2_CreatePrimary",
+        code: TPM_CC_CREATE_PRIMARY,
+        handles: vec![hierarchy],
+        auth: Auth::Password,
+        params: create_params(&[], template),
+    }
+}
+
 /// TPM2_CreatePrimary of the AK in the endorsement hierarchy from the fixed template.
 /// Returns the transient handle (flush it with [`flush_context`]) and the AK's TPMT_PUBLIC.
 pub fn create_ak<T: Transport + ?Sized>(t: &mut T) -> Result<(u32, Vec<u8>), TpmError> {
-    let mut params = vec![0, 4, 0, 0, 0, 0]; // TPM2B_SENSITIVE_CREATE: empty auth and data
-    put_tpm2b(&mut params, &ak_template());
-    params.extend_from_slice(&[0, 0]); // outsideInfo
-    params.extend_from_slice(&[0, 0, 0, 0]); // creationPCR: none
-    let cmd = Command {
-        name: "TPM2_CreatePrimary",
-        code: TPM_CC_CREATE_PRIMARY,
-        handles: vec![TPM_RH_ENDORSEMENT],
-        auth: Auth::Password,
-        params,
-    };
+    let cmd = create_primary(TPM_RH_ENDORSEMENT, &ak_template());
     let (handles, params) = cmd.run(t, 1)?;
     let public = Reader::new(&params)
         .tpm2b("outPublic")

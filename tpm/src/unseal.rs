@@ -18,13 +18,12 @@
 //! the clear, readable by someone with a probe on a discrete TPM's bus (firmware TPMs have no
 //! such bus). docs/image.md says so.
 
-use crate::command::{flush_context, Auth, Command};
+use crate::command::{create_primary, flush_context, Auth, Command};
 use crate::transport::Transport;
 use crate::TpmError;
 use attest::tpm::{put_tpm2b, Reader, TPM_ALG_NULL, TPM_ALG_SHA256};
 use zeroize::Zeroizing;
 
-const TPM_CC_CREATE_PRIMARY: u32 = 0x0000_0131;
 const TPM_CC_LOAD: u32 = 0x0000_0157;
 const TPM_CC_UNSEAL: u32 = 0x0000_015e;
 const TPM_CC_START_AUTH_SESSION: u32 = 0x0000_0176;
@@ -228,17 +227,7 @@ pub(crate) fn create_storage_key<T: Transport + ?Sized>(
     t: &mut T,
     alg: PrimaryAlg,
 ) -> Result<u32, TpmError> {
-    let mut params = vec![0, 4, 0, 0, 0, 0]; // TPM2B_SENSITIVE_CREATE: empty auth and data
-    put_tpm2b(&mut params, &storage_key_template(alg));
-    params.extend_from_slice(&[0, 0]); // outsideInfo
-    params.extend_from_slice(&[0, 0, 0, 0]); // creationPCR: none
-    let cmd = Command {
-        name: "TPM2_CreatePrimary",
-        code: TPM_CC_CREATE_PRIMARY,
-        handles: vec![TPM_RH_OWNER],
-        auth: Auth::Password,
-        params,
-    };
+    let cmd = create_primary(TPM_RH_OWNER, &storage_key_template(alg));
     first_handle(&cmd, cmd.run(t, 1)?.0)
 }
 

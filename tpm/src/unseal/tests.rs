@@ -3,7 +3,7 @@
 //! not after PCR 11 is extended.
 
 use super::*;
-use crate::command::pcr_extend;
+use crate::command::{create_params, pcr_extend};
 use crate::swtpm::Swtpm;
 
 const TPM_CC_CREATE: u32 = 0x0000_0153;
@@ -33,24 +33,18 @@ fn trial_policy<T: Transport + ?Sized>(t: &mut T, selection: &[u8]) -> Vec<u8> {
 /// as its authPolicy; returns the token's blob (TPM2B_PRIVATE then TPM2B_PUBLIC).
 fn seal<T: Transport + ?Sized>(t: &mut T, secret: &[u8], policy: &[u8]) -> Vec<u8> {
     let primary = create_storage_key(t, PrimaryAlg::Ecc).unwrap();
-    let mut sensitive = vec![0, 0]; // userAuth: empty
-    put_tpm2b(&mut sensitive, secret);
-    let mut params = Vec::new();
-    put_tpm2b(&mut params, &sensitive);
     let mut public = TPM_ALG_KEYEDHASH.to_be_bytes().to_vec();
     public.extend_from_slice(&TPM_ALG_SHA256.to_be_bytes());
     public.extend_from_slice(&SEALED_ATTRIBUTES.to_be_bytes());
     put_tpm2b(&mut public, policy);
     public.extend_from_slice(&TPM_ALG_NULL.to_be_bytes()); // scheme
     public.extend_from_slice(&[0, 0]); // unique
-    put_tpm2b(&mut params, &public);
-    params.extend_from_slice(&[0, 0, 0, 0, 0, 0]); // outsideInfo, creationPCR
     let cmd = Command {
         name: "TPM2_Create",
         code: TPM_CC_CREATE,
         handles: vec![primary],
         auth: Auth::Password,
-        params,
+        params: create_params(secret, &public),
     };
     let (_, params) = cmd.run(t, 0).unwrap();
     flush_context(t, primary).unwrap();
