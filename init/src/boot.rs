@@ -156,13 +156,23 @@ fn read(path: impl AsRef<Path>) -> Result<String, InitError> {
 }
 
 fn mount_one(what: &str, target: &str, fstype: &str, flags: MountFlags) -> Result<(), InitError> {
-    let err = |source: io::Error| InitError::Mount {
+    mount_fs(what, Path::new(target), fstype, flags, None).map_err(|source| InitError::Mount {
         what: what.to_owned(),
         target: target.to_owned(),
         source,
-    };
-    std::fs::create_dir_all(target).map_err(err)?;
-    mount(what, target, fstype, flags, None).map_err(|e| err(e.into()))
+    })
+}
+
+/// Mounts `what` on `target`, which is made first if missing.
+pub(crate) fn mount_fs(
+    what: &str,
+    target: &Path,
+    fstype: &str,
+    flags: MountFlags,
+    data: Option<&std::ffi::CStr>,
+) -> io::Result<()> {
+    std::fs::create_dir_all(target)?;
+    mount(what, target, fstype, flags, data).map_err(io::Error::from)
 }
 
 /// `/proc`, `/sys` and a devtmpfs `/dev` (the kernel makes device nodes there itself, which
@@ -305,14 +315,9 @@ fn scan_block_devices() -> BTreeMap<String, PathBuf> {
 }
 
 fn dev_num(path: &Path) -> Result<DevNum, InitError> {
-    let meta = std::fs::metadata(path).map_err(|source| InitError::Read {
+    DevNum::of(path).map_err(|source| InitError::Read {
         path: path.to_owned(),
         source,
-    })?;
-    let rdev = meta.rdev();
-    Ok(DevNum {
-        major: rustix::fs::major(rdev),
-        minor: rustix::fs::minor(rdev),
     })
 }
 

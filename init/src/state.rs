@@ -25,7 +25,7 @@ use crate::dm::{Control, DmError};
 use crate::luks::{Header, LuksError, Segment};
 use crate::verity::{DevNum, Table};
 use base64::Engine;
-use rustix::mount::{mount, MountFlags};
+use rustix::mount::MountFlags;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -194,7 +194,7 @@ fn mount_at(
         source,
     };
     let data = std::ffi::CString::new(data).map_err(|e| err(io::Error::other(e)))?;
-    mount(what, target, fstype, flags, Some(data.as_c_str())).map_err(|e| err(e.into()))
+    crate::boot::mount_fs(what, target, fstype, flags, Some(data.as_c_str())).map_err(err)
 }
 
 /// The first partition under `class` (sysfs `/sys/class/block`) whose GPT name is
@@ -251,7 +251,15 @@ fn map(part: &Partition, tpm_device: &Path, wait: Duration) -> Result<PathBuf, S
         .map_err(luks)?;
     let segment = header.segment().map_err(luks)?;
     let sectors = read_u64(&part.sys.join("size"))?;
-    let mut table = crypt_table(&segment, key.as_bytes(), dev_num(device)?, sectors)?;
+    let mut table = crypt_table(
+        &segment,
+        key.as_bytes(),
+        DevNum::of(device).map_err(|source| StateError::Read {
+            path: device.clone(),
+            source,
+        })?,
+        sectors,
+    )?;
     let uuid = format!("CRYPT-LUKS2-{}-{NAME}", header.uuid().replace('-', ""));
     let created = Control::open(Path::new("/dev/mapper/control"))
         .and_then(|c| c.create(NAME, &uuid, "crypt", &table, 0));
@@ -339,20 +347,6 @@ fn read_u64(path: &Path) -> Result<u64, StateError> {
     text.trim()
         .parse()
         .map_err(|e| err(io::Error::new(io::ErrorKind::InvalidData, e)))
-}
-
-fn dev_num(path: &Path) -> Result<DevNum, StateError> {
-    use std::os::unix::fs::MetadataExt;
-    let rdev = std::fs::metadata(path)
-        .map_err(|source| StateError::Read {
-            path: path.to_owned(),
-            source,
-        })?
-        .rdev();
-    Ok(DevNum {
-        major: rustix::fs::major(rdev),
-        minor: rustix::fs::minor(rdev),
-    })
 }
 
 #[cfg(test)]

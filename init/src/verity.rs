@@ -19,6 +19,18 @@ pub struct DevNum {
     pub minor: u32,
 }
 
+impl DevNum {
+    /// The number of the block device node at `path`.
+    pub fn of(path: &std::path::Path) -> std::io::Result<DevNum> {
+        use std::os::unix::fs::MetadataExt;
+        let rdev = std::fs::metadata(path)?.rdev();
+        Ok(DevNum {
+            major: rustix::fs::major(rdev),
+            minor: rustix::fs::minor(rdev),
+        })
+    }
+}
+
 impl fmt::Display for DevNum {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}:{}", self.major, self.minor)
