@@ -408,7 +408,9 @@ fn set_decl(n: &Names) -> String {
 }
 
 /// The table's static part, re-declared before every lease change (idempotent: base chains
-/// are flushed and refilled in the same transaction).
+/// are flushed and refilled in the same transaction). `pools4` holds the node's one pool,
+/// with no `auto-merge`: merged with an adjacent pool (another firewall in the same network
+/// namespace, as the tests have), re-adding the pool failed with EEXIST.
 pub fn base_script(pool: &Ipv4Pool) -> String {
     let t = format!("inet {TABLE}");
     let h = format!("\"{HOST_IF_PREFIX}*\"");
@@ -416,7 +418,7 @@ pub fn base_script(pool: &Ipv4Pool) -> String {
         "add table {t}\n\
          add map {t} out_dispatch {{ type ifname : verdict; }}\n\
          add map {t} in_dispatch {{ type ifname : verdict; }}\n\
-         add set {t} pools4 {{ type ipv4_addr; flags interval; auto-merge; }}\n\
+         add set {t} pools4 {{ type ipv4_addr; flags interval; }}\n\
          add chain {t} forward {{ type filter hook forward priority filter; policy accept; }}\n\
          add chain {t} input {{ type filter hook input priority filter; policy accept; }}\n\
          add chain {t} postrouting {{ type nat hook postrouting priority srcnat; policy accept; }}\n\
