@@ -252,8 +252,8 @@ fn install_hostd(spec: &BuildSpec, root: &Path) -> Result<(), BuildError> {
     Ok(rootfs::install_stripped(&spec.hostd, &root.join(HOSTD))?)
 }
 
-/// Where the root has `sovereign-init`, for its `pcrphase` mode.
-const PCRPHASE: &str = "usr/lib/sovereign-host/sovereign-init";
+/// Where the root has `sovereign-init`, for its `pcrphase` and `open-state` modes.
+const ROOT_INIT_COPY: &str = "usr/lib/sovereign-host/sovereign-init";
 
 /// The units that measure the root's boot phases, with the phase each measures as it starts
 /// and as it stops (systemd 252's).
@@ -268,11 +268,11 @@ const PCRPHASE_UNITS: [(&str, &str, &str); 2] = [
 /// the path to hostd under emulation). The units, their ordering and conditions stay
 /// systemd's.
 fn install_pcrphase(spec: &BuildSpec, root: &Path) -> Result<(), BuildError> {
-    rootfs::install_stripped(&spec.init, &root.join(PCRPHASE))?;
+    rootfs::install_stripped(&spec.init, &root.join(ROOT_INIT_COPY))?;
     for (unit, start, stop) in PCRPHASE_UNITS {
         let dropin = format!(
-            "[Service]\nExecStart=\nExecStart=/{PCRPHASE} pcrphase {start}\n\
-             ExecStop=\nExecStop=/{PCRPHASE} pcrphase {stop}\n"
+            "[Service]\nExecStart=\nExecStart=/{ROOT_INIT_COPY} pcrphase {start}\n\
+             ExecStop=\nExecStop=/{ROOT_INIT_COPY} pcrphase {stop}\n"
         );
         write_file(
             root,
@@ -415,13 +415,10 @@ fn fstab() -> String {
         .to_owned()
 }
 
-/// The state partition, by the label `repart.d/50-state.conf` gives it.
-const STATE_PARTITION: &str = "/dev/disk/by-partlabel/sovereign-state";
-
 /// The sealed state disk. On first boot `sovereign-state.service` has `systemd-repart` create
 /// its one partition, LUKS2 with a random volume key whose only keyslot's passphrase is sealed
-/// to the TPM under a PCR 11 policy, and ext4 inside; then opens it with `systemd-cryptsetup`
-/// and mounts it. On every later boot the initrd has opened and mounted it already (with the
+/// to the TPM under a PCR 11 policy, and ext4 inside; then opens and mounts it with
+/// `sovereign-init open-state`. On every later boot the initrd has opened and mounted it already (with the
 /// same token, `sovereign-init`'s `state`), and the unit does nothing. Sealing and opening
 /// both see the same PCR 11 (the UKI's sections, `enter-initrd`, `leave-initrd`): under
 /// another image, or off this node's TPM, the disk does not open.
@@ -465,12 +462,9 @@ fn state_unit(device: &str) -> String {
          # a disk that a slow controller showed late).\n\
          ExecStart=/usr/bin/systemd-repart --dry-run=no --empty=allow \
          --definitions=/usr/lib/sovereign-host/repart.d --tpm2-device=auto --tpm2-pcrs=11 {device}\n\
-         # A new partition table is re-read: the partition's device goes and comes back, and\n\
-         # systemd-cryptsetup fails at once if it opens the device in that gap.\n\
-         ExecStart=/usr/bin/udevadm wait --settle --timeout=120 {partition}\n\
-         ExecStart=/usr/lib/systemd/systemd-cryptsetup attach sovstate {partition} - tpm2-device=auto,headless=true\n\
-         ExecStart=/usr/bin/mount -o nodev,nosuid /dev/mapper/sovstate /var/lib/hostd\n",
-        partition = STATE_PARTITION,
+         # Opened and mounted as the initrd does on every later boot: unsealed with the TPM\n\
+         # (the same PCR 11: this runs before the sysinit phase), without waiting for udev.\n\
+         ExecStart=/{ROOT_INIT_COPY} open-state\n",
     )
 }
 
@@ -699,7 +693,7 @@ mod tests {
     use super::*;
 
     /// The initrd finds the state partition by the label repart gives it, and the root's
-    /// unit waits for the same partition.
+    /// unit opens it the same way on the first boot.
     #[test]
     fn the_state_partition_is_the_one_the_initrd_opens() {
         let label = sovereign_init::state::PARTLABEL;
@@ -708,13 +702,9 @@ mod tests {
             conf.lines().any(|l| l.trim() == format!("Label={label}")),
             "repart.d/50-state.conf must label the partition {label}"
         );
-        assert_eq!(STATE_PARTITION, format!("/dev/disk/by-partlabel/{label}"));
         let unit = state_unit("/dev/disk/by-id/virtio-sovereign-state");
         assert!(unit.contains("ConditionPathIsMountPoint=!/var/lib/hostd"));
-        assert!(unit.contains(&format!(
-            "attach {} {STATE_PARTITION} ",
-            sovereign_init::state::NAME
-        )));
+        assert!(unit.contains(&format!("ExecStart=/{ROOT_INIT_COPY} open-state\n")));
     }
 
     /// The root's phases measured in place of systemd-pcrphase are the ones the prediction

@@ -225,6 +225,22 @@ fn load_modules_from(
     Ok(())
 }
 
+/// `sovereign-init open-state`, in the root on the first boot (`sovereign-state.service`,
+/// once `systemd-repart` has made the partition): the same unseal, unlock and mount at
+/// `/var/lib/hostd` as the initrd's on every later boot, so that one piece of code opens the
+/// disk on both. Returns the partition and the dm-crypt device.
+pub fn open_state_in_root() -> Result<(PathBuf, PathBuf), InitError> {
+    let part = state::wait_for(DEVICE_WAIT)?;
+    load_modules_from(Path::new("/usr/lib/modules"), &state_modules(), &|_| {})?;
+    let root = Path::new("/");
+    let mapped = state::open(&part, root, Path::new(tpm::DEFAULT_DEVICE), DEVICE_WAIT)?;
+    Ok((part.node, mapped))
+}
+
+fn state_modules() -> Vec<String> {
+    state::MODULES.iter().map(|m| (*m).to_owned()).collect()
+}
+
 /// `/var`, then the state disk if it has its partition: its modules come from the verified
 /// root (the initrd does not carry them), its key from the TPM (`state`).
 fn open_state(say: &dyn Fn(&str)) -> Result<(), InitError> {
@@ -234,8 +250,7 @@ fn open_state(say: &dyn Fn(&str)) -> Result<(), InitError> {
         say("no state partition yet: the root creates it (first boot)");
         return Ok(());
     };
-    let wanted: Vec<String> = state::MODULES.iter().map(|m| (*m).to_owned()).collect();
-    load_modules_from(&sysroot.join("usr/lib/modules"), &wanted, say)?;
+    load_modules_from(&sysroot.join("usr/lib/modules"), &state_modules(), say)?;
     let mapped = state::open(&part, sysroot, Path::new(tpm::DEFAULT_DEVICE), DEVICE_WAIT)?;
     say(&format!(
         "state disk {} unsealed with the TPM, {} mounted at /var/lib/hostd",

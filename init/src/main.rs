@@ -1,9 +1,11 @@
 //! `/init` of the image's initrd (see the library's documentation). Runs only as PID 1: it
 //! mounts, loads modules and replaces the root, which on any other process would be harm.
 //!
-//! The root has a copy too, for one other job: `sovereign-init pcrphase <phase>` measures
+//! The root has a copy too, for two other jobs: `sovereign-init pcrphase <phase>` measures
 //! the root's boot phases into PCR 11 in place of `systemd-pcrphase` (see
-//! `sovereign_init::phase::measure_root_phase`).
+//! `sovereign_init::phase::measure_root_phase`), and `sovereign-init open-state` opens the
+//! state disk on the first boot, once `systemd-repart` has made it (see
+//! `sovereign_init::boot::open_state_in_root`).
 
 #![deny(unsafe_code)]
 
@@ -11,15 +13,15 @@ use std::time::Duration;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if let [mode, phase] = args.as_slice() {
-        if mode == "pcrphase" {
-            std::process::exit(pcrphase(phase));
-        }
+    match args.as_slice() {
+        [mode, phase] if mode == "pcrphase" => std::process::exit(pcrphase(phase)),
+        [mode] if mode == "open-state" => std::process::exit(open_state()),
+        _ => {}
     }
     if std::process::id() != 1 {
         eprintln!(
             "sovereign-init: this is the image's initrd init; it runs only as PID 1 \
-             (or as `sovereign-init pcrphase <phase>`)"
+             (or as `sovereign-init pcrphase <phase>` or `sovereign-init open-state`)"
         );
         std::process::exit(2);
     }
@@ -39,6 +41,25 @@ fn pcrphase(phase: &str) -> i32 {
     match sovereign_init::phase::measure_root_phase(phase, device) {
         Ok(()) => {
             println!("extended PCR 11 with '{phase}' (SHA-256 bank)");
+            0
+        }
+        Err(e) => {
+            eprintln!("sovereign-init: {}", attest::report::report(&e));
+            1
+        }
+    }
+}
+
+/// Opens and mounts the state disk in the root; the exit status and a line for the journal
+/// say how it went.
+fn open_state() -> i32 {
+    match sovereign_init::boot::open_state_in_root() {
+        Ok((part, mapped)) => {
+            println!(
+                "state disk {} unsealed with the TPM, {} mounted at /var/lib/hostd",
+                part.display(),
+                mapped.display()
+            );
             0
         }
         Err(e) => {

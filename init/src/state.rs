@@ -73,6 +73,12 @@ pub enum StateError {
         /// The partition.
         device: PathBuf,
     },
+    /// No partition labelled [`PARTLABEL`] appeared (after `systemd-repart` made it).
+    #[error("no partition labelled {PARTLABEL} appeared within {secs} s")]
+    NoPartition {
+        /// How long was waited.
+        secs: u64,
+    },
     /// The TPM did not appear.
     #[error("the state disk is sealed to the TPM, but {device} did not appear within {secs} s")]
     NoTpm {
@@ -132,6 +138,23 @@ pub struct Partition {
     pub node: PathBuf,
     /// `/sys/class/block/<DEVNAME>`.
     sys: PathBuf,
+}
+
+/// Waits, bounded, for the state partition: on the first boot `systemd-repart` has just
+/// written the partition table and the kernel re-reads it.
+pub fn wait_for(wait: Duration) -> Result<Partition, StateError> {
+    let deadline = Instant::now() + wait;
+    loop {
+        if let Some(part) = find() {
+            return Ok(part);
+        }
+        if Instant::now() > deadline {
+            return Err(StateError::NoPartition {
+                secs: wait.as_secs(),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// The state partition, if the kernel has one: none on the first boot, when the root's
