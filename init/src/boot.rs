@@ -362,17 +362,27 @@ fn open_verity(spec: &RootSpec, data: &Path, hash: &Path) -> Result<PathBuf, Ini
 
 /// `/dev/mapper/<name>` for a device-mapper device: devtmpfs names it dm-N; systemd, the
 /// root's fstab and its units know it by name.
+///
+/// In the root (`sovereign-init open-state`, first boot) udev may have linked the name to the
+/// device already (dmsetup's rules): a name that is there and is this device is kept.
 pub(crate) fn make_node(name: &str, dev: DevNum) -> Result<PathBuf, (PathBuf, io::Error)> {
-    let node = PathBuf::from("/dev/mapper").join(name);
-    rustix::fs::mknodat(
+    make_node_in(Path::new("/dev/mapper"), name, dev)
+}
+
+fn make_node_in(dir: &Path, name: &str, dev: DevNum) -> Result<PathBuf, (PathBuf, io::Error)> {
+    let node = dir.join(name);
+    let made = rustix::fs::mknodat(
         rustix::fs::CWD,
         &node,
         rustix::fs::FileType::BlockDevice,
         rustix::fs::Mode::from_raw_mode(0o600),
         rustix::fs::makedev(dev.major, dev.minor),
-    )
-    .map_err(|e| (node.clone(), e.into()))?;
-    Ok(node)
+    );
+    match made {
+        Ok(()) => Ok(node),
+        Err(rustix::io::Errno::EXIST) if DevNum::of(&node).ok() == Some(dev) => Ok(node),
+        Err(e) => Err((node, e.into())),
+    }
 }
 
 fn mount_root(device: &Path, fstype: &str) -> Result<(), InitError> {
@@ -433,5 +443,30 @@ fn free_tree(dir: &Path, dev: u64) {
         } else {
             let _ = std::fs::remove_file(&path);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A name already there for the same device (udev's link, in the root) is kept; one for
+    /// another device is an error.
+    #[test]
+    fn a_device_name_is_made_once_and_kept_for_the_same_device() {
+        let dir = tempfile::tempdir().unwrap();
+        let dev = DevNum {
+            major: 254,
+            minor: 77,
+        };
+        let node = make_node_in(dir.path(), "sovstate", dev).unwrap();
+        assert_eq!(DevNum::of(&node).unwrap(), dev);
+        assert_eq!(make_node_in(dir.path(), "sovstate", dev).unwrap(), node);
+        let other = DevNum {
+            major: 254,
+            minor: 78,
+        };
+        let (path, err) = make_node_in(dir.path(), "sovstate", other).unwrap_err();
+        assert_eq!((path, err.kind()), (node, io::ErrorKind::AlreadyExists));
     }
 }
