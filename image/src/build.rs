@@ -418,8 +418,8 @@ fn fstab() -> String {
 /// The sealed state disk. On first boot `sovereign-state.service` has `systemd-repart` create
 /// its one partition, LUKS2 with a random volume key whose only keyslot's passphrase is sealed
 /// to the TPM under a PCR 11 policy, and ext4 inside; then opens and mounts it with
-/// `sovereign-init open-state`. On every later boot the initrd has opened and mounted it already (with the
-/// same token, `sovereign-init`'s `state`), and the unit does nothing. Sealing and opening
+/// `sovereign-init open-state`. On every later boot the initrd has opened and mounted it
+/// already (the same code, `sovereign-init`'s `state`), and the unit does nothing. Sealing and opening
 /// both see the same PCR 11 (the UKI's sections, `enter-initrd`, `leave-initrd`): under
 /// another image, or off this node's TPM, the disk does not open.
 fn install_state_disk(spec: &BuildSpec, root: &Path) -> Result<(), BuildError> {

@@ -1,9 +1,8 @@
 //! The initrd's one job, in order: the kernel's filesystems, the boot modules, `enter-initrd`,
 //! the root's two devices by their UUIDs, the verity device over them, the root mounted
 //! read-only, `leave-initrd`, `/var` and the state disk, and the switch into the root's
-//! `/sbin/init` (systemd). Each
-//! step's failure is an [`InitError`] naming what it was doing; `main` prints it and powers
-//! the node off, as the root's systemd does with a failed boot.
+//! `/sbin/init` (systemd). Each step's failure is an [`InitError`] naming what it was doing;
+//! `main` prints it and powers the node off, as the root's systemd does with a failed boot.
 
 use crate::cmdline::{self, CmdlineError, Device, RootSpec};
 use crate::dm::{Control, DmError};
@@ -19,7 +18,7 @@ use std::io::{self, Read};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The modules to load, one name per line (the image's build writes it).
 pub const MODULE_LIST: &str = "/usr/lib/sovereign-init/modules";
@@ -271,27 +270,24 @@ fn measure(phases: &mut Phases, phase: &'static str) -> Result<(), InitError> {
 /// `/sys/class/block` until both are there (the storage drivers probe as they load, but a
 /// controller may take a moment).
 fn find_devices(spec: &RootSpec) -> Result<(PathBuf, PathBuf), InitError> {
-    let deadline = Instant::now() + DEVICE_WAIT;
-    loop {
+    let mut data_seen = false;
+    let found = crate::poll::until(DEVICE_WAIT, || {
         let seen = scan_block_devices();
         let data = resolve(&spec.data, &seen);
-        let hash = resolve(&spec.hash, &seen);
-        if let (Some(d), Some(h)) = (&data, &hash) {
-            return Ok((d.clone(), h.clone()));
+        data_seen = data.is_some();
+        Some((data?, resolve(&spec.hash, &seen)?))
+    });
+    found.ok_or_else(|| {
+        let (what, device) = match data_seen {
+            false => ("data", &spec.data),
+            true => ("hash tree", &spec.hash),
+        };
+        InitError::NoDevice {
+            what,
+            device: describe(device),
+            secs: DEVICE_WAIT.as_secs(),
         }
-        if Instant::now() > deadline {
-            let (what, device) = match data {
-                None => ("data", &spec.data),
-                Some(_) => ("hash tree", &spec.hash),
-            };
-            return Err(InitError::NoDevice {
-                what,
-                device: describe(device),
-                secs: DEVICE_WAIT.as_secs(),
-            });
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    })
 }
 
 fn describe(device: &Device) -> String {

@@ -32,6 +32,7 @@ pub mod dm;
 pub mod kmod;
 pub mod luks;
 pub mod phase;
+mod poll;
 pub mod probe;
 pub mod state;
 mod sys;

@@ -6,7 +6,7 @@
 
 use sha2::{Digest, Sha256};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Measured as the initrd starts.
 pub const ENTER_INITRD: &str = "enter-initrd";
@@ -53,15 +53,11 @@ impl Phases {
         if !stub_measured {
             return Ok(Phases { tpm: None });
         }
-        let deadline = Instant::now() + wait;
-        while !device.exists() {
-            if Instant::now() > deadline {
-                return Err(PhaseError::NoDevice {
-                    device: device.display().to_string(),
-                    secs: wait.as_secs(),
-                });
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        if crate::poll::until(wait, || device.exists().then_some(())).is_none() {
+            return Err(PhaseError::NoDevice {
+                device: device.display().to_string(),
+                secs: wait.as_secs(),
+            });
         }
         Ok(Phases {
             tpm: Some(tpm::Device::open(device)?),

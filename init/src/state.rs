@@ -28,7 +28,7 @@ use base64::Engine;
 use rustix::mount::MountFlags;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use zeroize::{Zeroize, Zeroizing};
 
 /// The GPT partition label `image/files/repart.d/50-state.conf` gives the state partition.
@@ -143,18 +143,9 @@ pub struct Partition {
 /// Waits, bounded, for the state partition: on the first boot `systemd-repart` has just
 /// written the partition table and the kernel re-reads it.
 pub fn wait_for(wait: Duration) -> Result<Partition, StateError> {
-    let deadline = Instant::now() + wait;
-    loop {
-        if let Some(part) = find() {
-            return Ok(part);
-        }
-        if Instant::now() > deadline {
-            return Err(StateError::NoPartition {
-                secs: wait.as_secs(),
-            });
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    crate::poll::until(wait, find).ok_or(StateError::NoPartition {
+        secs: wait.as_secs(),
+    })
 }
 
 /// The state partition, if the kernel has one: none on the first boot, when the root's
@@ -297,15 +288,11 @@ fn unseal(
     wait: Duration,
     token: &crate::luks::Tpm2Token,
 ) -> Result<tpm::unseal::Secret, StateError> {
-    let deadline = Instant::now() + wait;
-    while !tpm_device.exists() {
-        if Instant::now() > deadline {
-            return Err(StateError::NoTpm {
-                device: tpm_device.to_owned(),
-                secs: wait.as_secs(),
-            });
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    if crate::poll::until(wait, || tpm_device.exists().then_some(())).is_none() {
+        return Err(StateError::NoTpm {
+            device: tpm_device.to_owned(),
+            secs: wait.as_secs(),
+        });
     }
     let primary = token
         .primary_alg
