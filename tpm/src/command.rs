@@ -86,7 +86,8 @@ impl Command {
         t: &mut T,
         response_handles: usize,
     ) -> Result<(Vec<u32>, Vec<u8>), TpmError> {
-        let command = self.marshal();
+        // Wiped when done: a TPM2_Create's command carries the secret it seals.
+        let command = zeroize::Zeroizing::new(self.marshal());
         let mut attempt = 0;
         loop {
             match self.run_once(t, &command, response_handles) {

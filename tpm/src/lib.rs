@@ -18,6 +18,7 @@
 //! a blocking thread.
 
 mod command;
+pub mod seal;
 #[cfg(feature = "swtpm")]
 pub mod swtpm;
 mod transport;

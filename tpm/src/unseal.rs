@@ -152,7 +152,7 @@ fn unseal_loaded<T: Transport + ?Sized>(
     Ok(Secret(Zeroizing::new(data.to_vec())))
 }
 
-fn pcr_bank(name: &str) -> Result<u16, TpmError> {
+pub(crate) fn pcr_bank(name: &str) -> Result<u16, TpmError> {
     match name {
         "sha256" => Ok(TPM_ALG_SHA256),
         "sha1" => Ok(TPM_ALG_SHA1),
@@ -164,7 +164,7 @@ fn pcr_bank(name: &str) -> Result<u16, TpmError> {
 }
 
 /// TPML_PCR_SELECTION of one bank.
-fn pcr_selection(bank: u16, pcrs: &[u32]) -> Result<Vec<u8>, TpmError> {
+pub(crate) fn pcr_selection(bank: u16, pcrs: &[u32]) -> Result<Vec<u8>, TpmError> {
     let mut bitmap = [0u8; PCR_SELECT_BYTES];
     for &pcr in pcrs {
         let byte = bitmap

@@ -1,0 +1,129 @@
+//! Sealing a secret to PCRs the way `systemd-repart` (`Encrypt=tpm2`) and
+//! `systemd-cryptenroll --tpm2-device` do in systemd 252, so that the [`crate::unseal`] of the
+//! image's initrd, and systemd's own, open it:
+//! 1. the policy digest of TPM2_PolicyPCR over the PCRs at their current values, computed by
+//!    the TPM in a trial session (TPM2_PolicyGetDigest);
+//! 2. TPM2_Create, under systemd's storage key, of a keyed-hash object holding the secret,
+//!    with that digest as its authPolicy, `fixedTPM | fixedParent` and no userWithAuth: only
+//!    a policy session whose PCRs match releases it, and only this TPM can load it.
+//!
+//! The returned blob (TPM2B_PRIVATE then TPM2B_PUBLIC) and policy digest are the
+//! `systemd-tpm2` token's `tpm2-blob` and `tpm2-policy-hash`. As with unsealing, the session
+//! is not salted: the secret crosses the CPU–TPM bus in the clear once, at sealing.
+
+use crate::command::{create_params, flush_context, Auth, Command};
+use crate::transport::Transport;
+use crate::unseal::{
+    create_storage_key, pcr_bank, pcr_selection, policy_pcr, start_session, PrimaryAlg,
+};
+use crate::TpmError;
+use attest::tpm::{put_tpm2b, Reader, TPM_ALG_NULL, TPM_ALG_SHA256};
+use zeroize::Zeroize;
+
+const TPM_CC_CREATE: u32 = 0x0000_0153;
+const TPM_CC_POLICY_GET_DIGEST: u32 = 0x0000_0189;
+const TPM_SE_TRIAL: u8 = 0x03;
+const TPM_ALG_KEYEDHASH: u16 = 0x0008;
+/// fixedTPM | fixedParent, as systemd's sealed objects have: no userWithAuth, so the object's
+/// empty password does not unseal it; only its policy does.
+const SEALED_ATTRIBUTES: u32 = (1 << 1) | (1 << 4);
+/// TPM2B_SENSITIVE_DATA holds at most 128 bytes (`MAX_SYM_DATA`).
+const MAX_SECRET: usize = 128;
+
+/// A sealed secret: what a `systemd-tpm2` token records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sealed {
+    /// TPM2B_PRIVATE then TPM2B_PUBLIC (`tpm2-blob`).
+    pub blob: Vec<u8>,
+    /// The policy digest the object is sealed under (`tpm2-policy-hash`).
+    pub policy_hash: Vec<u8>,
+}
+
+/// Seals `secret` under `alg`'s storage key to `pcrs` of `bank` (`sha256`, `sha1`) at their
+/// current values.
+pub fn seal<T: Transport + ?Sized>(
+    t: &mut T,
+    secret: &[u8],
+    pcrs: &[u32],
+    bank: &str,
+    alg: PrimaryAlg,
+) -> Result<Sealed, TpmError> {
+    if secret.is_empty() || secret.len() > MAX_SECRET {
+        return Err(TpmError::Unsupported {
+            what: "sealed secret length",
+            value: secret.len().to_string(),
+        });
+    }
+    let selection = pcr_selection(pcr_bank(bank)?, pcrs)?;
+    let policy_hash = trial_policy(t, &selection)?;
+    let primary = create_storage_key(t, alg)?;
+    let created = create_sealed(t, primary, secret, &policy_hash);
+    let flushed = flush_context(t, primary);
+    let blob = created?;
+    flushed?;
+    Ok(Sealed { blob, policy_hash })
+}
+
+/// The digest a PolicyPCR over `selection` at the PCRs' current values leaves in a session.
+fn trial_policy<T: Transport + ?Sized>(t: &mut T, selection: &[u8]) -> Result<Vec<u8>, TpmError> {
+    let session = start_session(t, TPM_SE_TRIAL)?;
+    let digest = policy_pcr(t, session, selection).and_then(|()| policy_digest(t, session));
+    let flushed = flush_context(t, session);
+    let digest = digest?;
+    flushed?;
+    Ok(digest)
+}
+
+fn policy_digest<T: Transport + ?Sized>(t: &mut T, session: u32) -> Result<Vec<u8>, TpmError> {
+    let cmd = Command {
+        name: "TPM2_PolicyGetDigest",
+        code: TPM_CC_POLICY_GET_DIGEST,
+        handles: vec![session],
+        auth: Auth::None,
+        params: Vec::new(),
+    };
+    let (_, params) = cmd.run(t, 0)?;
+    let mut r = Reader::new(&params);
+    let digest = r.tpm2b("policyDigest").map_err(|source| TpmError::Parse {
+        command: cmd.name,
+        source,
+    })?;
+    Ok(digest.to_vec())
+}
+
+/// TPM2_Create of the keyed-hash object under `parent`; returns the token's blob.
+fn create_sealed<T: Transport + ?Sized>(
+    t: &mut T,
+    parent: u32,
+    secret: &[u8],
+    policy: &[u8],
+) -> Result<Vec<u8>, TpmError> {
+    let mut public = TPM_ALG_KEYEDHASH.to_be_bytes().to_vec();
+    public.extend_from_slice(&TPM_ALG_SHA256.to_be_bytes());
+    public.extend_from_slice(&SEALED_ATTRIBUTES.to_be_bytes());
+    put_tpm2b(&mut public, policy);
+    public.extend_from_slice(&TPM_ALG_NULL.to_be_bytes()); // scheme
+    public.extend_from_slice(&[0, 0]); // unique
+    let mut cmd = Command {
+        name: "TPM2_Create",
+        code: TPM_CC_CREATE,
+        handles: vec![parent],
+        auth: Auth::Password,
+        params: create_params(secret, &public),
+    };
+    let result = cmd.run(t, 0);
+    cmd.params.zeroize();
+    let (_, params) = result?;
+    let parse = |source| TpmError::Parse {
+        command: "TPM2_Create",
+        source,
+    };
+    let mut r = Reader::new(&params);
+    let mut blob = Vec::new();
+    put_tpm2b(&mut blob, r.tpm2b("outPrivate").map_err(parse)?);
+    put_tpm2b(&mut blob, r.tpm2b("outPublic").map_err(parse)?);
+    Ok(blob)
+}
+
+#[cfg(test)]
+mod tests;
