@@ -31,6 +31,8 @@ use subtle::ConstantTimeEq;
 use xts_mode::{get_tweak_default, Xts128};
 use zeroize::Zeroizing;
 
+pub mod format;
+
 /// `LUKS\xba\xbe`, the primary header's magic (the secondary's is `SKUL\xba\xbe`).
 const MAGIC: &[u8; 6] = b"LUKS\xba\xbe";
 /// The binary header is one 4 KiB block; the JSON area follows it up to `hdr_size`.
@@ -67,6 +69,17 @@ pub enum LuksError {
         /// Byte offset on the device.
         offset: u64,
         /// Bytes wanted.
+        len: usize,
+        /// The I/O error.
+        #[source]
+        source: io::Error,
+    },
+    /// Writing a new volume's header or keyslot failed.
+    #[error("writing {len} bytes at offset {offset} of the new LUKS device")]
+    Write {
+        /// Byte offset on the device.
+        offset: u64,
+        /// Bytes written.
         len: usize,
         /// The I/O error.
         #[source]
@@ -889,7 +902,7 @@ mod tests {
     const PASSPHRASE: &[u8] = b"correct horse battery staple";
 
     /// Runs cryptsetup, failing the test (never skipping it) when it is missing or fails.
-    fn cryptsetup(args: &[&str]) -> String {
+    pub(super) fn cryptsetup(args: &[&str]) -> String {
         assert!(
             Path::new(CRYPTSETUP).exists(),
             "{CRYPTSETUP} is missing: these tests need real LUKS2 containers \
@@ -1001,13 +1014,13 @@ mod tests {
         }
     }
 
-    fn path(p: &Path) -> &str {
+    pub(super) fn path(p: &Path) -> &str {
         p.to_str().unwrap()
     }
 
     /// The hex after `MK dump:` (cryptsetup 2.6) or `Volume key:` (later releases), which
     /// continues on the following indented lines.
-    fn volume_key_in(dump: &str) -> Vec<u8> {
+    pub(super) fn volume_key_in(dump: &str) -> Vec<u8> {
         let mut lines = dump.lines();
         let first = lines
             .find_map(|l| {
