@@ -416,9 +416,9 @@ fn fstab() -> String {
 }
 
 /// The sealed state disk. On first boot `sovereign-state.service` has `systemd-repart` create
-/// its one partition, LUKS2 with a random volume key whose only keyslot's passphrase is sealed
-/// to the TPM under a PCR 11 policy, and ext4 inside; then opens and mounts it with
-/// `sovereign-init open-state`. On every later boot the initrd has opened and mounted it
+/// its one partition, then `sovereign-init open-state` makes the volume on it (LUKS2 with a
+/// random volume key whose only keyslot's passphrase is sealed to the TPM under a PCR 11
+/// policy, ext4 inside) and mounts it. On every later boot the initrd has opened and mounted it
 /// already (the same code, `sovereign-init`'s `state`), and the unit does nothing. Sealing and opening
 /// both see the same PCR 11 (the UKI's sections, `enter-initrd`, `leave-initrd`): under
 /// another image, or off this node's TPM, the disk does not open.
@@ -458,12 +458,13 @@ fn state_unit(device: &str) -> String {
          Type=oneshot\n\
          RemainAfterExit=yes\n\
          ExecStart=/usr/bin/udevadm wait --timeout=120 {device}\n\
-         # Finds the partition and changes nothing if it is there (the initrd may not have seen\n\
-         # a disk that a slow controller showed late).\n\
+         # Makes the partition, or changes nothing if it is there (the initrd may not have\n\
+         # seen a disk that a slow controller showed late).\n\
          ExecStart=/usr/bin/systemd-repart --dry-run=no --empty=allow \
-         --definitions=/usr/lib/sovereign-host/repart.d --tpm2-device=auto --tpm2-pcrs=11 {device}\n\
-         # Opened and mounted as the initrd does on every later boot: unsealed with the TPM\n\
-         # (the same PCR 11: this runs before the sysinit phase), without waiting for udev.\n\
+         --definitions=/usr/lib/sovereign-host/repart.d {device}\n\
+         # Makes the volume on a blank partition (its passphrase sealed to PCR 11 as it is now:\n\
+         # this runs before the sysinit phase, so the initrd sees the same PCR 11), or opens\n\
+         # it as the initrd does on every later boot; mounts it.\n\
          ExecStart=/{ROOT_INIT_COPY} open-state\n",
     )
 }

@@ -29,15 +29,11 @@ pub const ROOT_MODULES: &[&str] = &[
     "dm_verity",
     "dm_crypt",
     "ext4",
-    // systemd-repart formats the new state partition through a loop device
-    "loop",
-    // LUKS2's aes-xts-plain64, and the kernel crypto API cryptsetup uses for keyslots
+    // LUKS2's aes-xts-plain64 (sovereign-init reads keyslots in user space: no crypto API
+    // sockets, no loop device)
     "xts",
     "ecb",
     "aesni_intel",
-    "af_alg",
-    "algif_skcipher",
-    "algif_hash",
     "crc32c_generic",
     "crc32c_intel",
     // leases' fscrypt scratch: HKDF-SHA512 for its keys, AES-256-XTS for contents and
@@ -55,23 +51,13 @@ pub const ROOT_MODULES: &[&str] = &[
     "kernel/net/ipv6/netfilter/",
 ];
 
-/// Modules the root loads at boot (`modules-load.d`) rather than on the kernel's request:
-/// the state disk is opened before anything would ask, and a request that finds no module
-/// fails with a bare ENOENT (as dm-crypt's `xts(aes)` did). `button` is the ACPI power
-/// button's driver, which udev's coldplug would otherwise load: the coldplug skips the
-/// firmware's device tree (`image/files/udev-coldplug.conf`).
-pub const ROOT_PRELOAD: &[&str] = &[
-    "button",
-    "loop",
-    "dm_crypt",
-    "xts",
-    "ecb",
-    "af_alg",
-    "algif_skcipher",
-    "algif_hash",
-    "sha512_generic",
-    "cts",
-];
+/// Modules the root loads at boot (`modules-load.d`) rather than on the kernel's request: a
+/// request that finds no module fails with a bare ENOENT (as dm-crypt's `xts(aes)` did), so
+/// fscrypt's are loaded up front. The state disk's (dm-crypt, XTS) are `sovereign-init`'s
+/// to load, before it opens the disk (`sovereign_init::state::MODULES`). `button` is the
+/// ACPI power button's driver, which udev's coldplug would otherwise load: the coldplug
+/// skips the firmware's device tree (`image/files/udev-coldplug.conf`).
+pub const ROOT_PRELOAD: &[&str] = &["button", "sha512_generic", "cts"];
 
 /// Modules the initrd carries and `sovereign-init` loads as it starts, in this order (each
 /// after what `modules.dep` says it needs): the storage drivers, what mounting the verity root

@@ -225,15 +225,17 @@ fn load_modules_from(
 }
 
 /// `sovereign-init open-state`, in the root on the first boot (`sovereign-state.service`,
-/// once `systemd-repart` has made the partition): the same unseal, unlock and mount at
-/// `/var/lib/hostd` as the initrd's on every later boot, so that one piece of code opens the
-/// disk on both. Returns the partition and the dm-crypt device.
-pub fn open_state_in_root() -> Result<(PathBuf, PathBuf), InitError> {
+/// once `systemd-repart` has made the partition): makes the sealed volume on the blank
+/// partition ([`state::open_or_create`]) and mounts it at `/var/lib/hostd`; a partition that
+/// has its volume already is opened with the same unseal and unlock as the initrd's on every
+/// later boot. Returns the partition, the dm-crypt device and whether the volume was made.
+pub fn open_state_in_root() -> Result<(PathBuf, PathBuf, bool), InitError> {
     let part = state::wait_for(DEVICE_WAIT)?;
     load_modules_from(Path::new("/usr/lib/modules"), &state_modules(), &|_| {})?;
     let root = Path::new("/");
-    let mapped = state::open(&part, root, Path::new(tpm::DEFAULT_DEVICE), DEVICE_WAIT)?;
-    Ok((part.node, mapped))
+    let tpm = Path::new(tpm::DEFAULT_DEVICE);
+    let (mapped, created) = state::open_or_create(&part, root, tpm, DEVICE_WAIT)?;
+    Ok((part.node, mapped, created))
 }
 
 fn state_modules() -> Vec<String> {
@@ -249,6 +251,10 @@ fn open_state(say: &dyn Fn(&str)) -> Result<(), InitError> {
         say("no state partition yet: the root creates it (first boot)");
         return Ok(());
     };
+    if state::is_blank(&part)? {
+        say("the state partition has no volume yet: the root makes it (first boot)");
+        return Ok(());
+    }
     load_modules_from(&sysroot.join("usr/lib/modules"), &state_modules(), say)?;
     let mapped = state::open(&part, sysroot, Path::new(tpm::DEFAULT_DEVICE), DEVICE_WAIT)?;
     say(&format!(

@@ -3,8 +3,8 @@
 //!
 //! The root has a copy too, for two other jobs: `sovereign-init pcrphase <phase>` measures
 //! the root's boot phases into PCR 11 in place of `systemd-pcrphase` (see
-//! `sovereign_init::phase::measure_root_phase`), and `sovereign-init open-state` opens the
-//! state disk on the first boot, once `systemd-repart` has made it (see
+//! `sovereign_init::phase::measure_root_phase`), and `sovereign-init open-state` makes and
+//! opens the state disk on the first boot, once `systemd-repart` has made its partition (see
 //! `sovereign_init::boot::open_state_in_root`).
 
 #![deny(unsafe_code)]
@@ -54,9 +54,14 @@ fn pcrphase(phase: &str) -> i32 {
 /// say how it went.
 fn open_state() -> i32 {
     match sovereign_init::boot::open_state_in_root() {
-        Ok((part, mapped)) => {
+        Ok((part, mapped, created)) => {
+            let how = if created {
+                "made (LUKS2, its passphrase sealed to PCR 11, ext4 inside)"
+            } else {
+                "unsealed with the TPM"
+            };
             println!(
-                "state disk {} unsealed with the TPM, {} mounted at /var/lib/hostd",
+                "state disk {}: {how}, {} mounted at /var/lib/hostd",
                 part.display(),
                 mapped.display()
             );

@@ -3,10 +3,12 @@
 //! announce the disk and for `systemd-cryptsetup` (together 3 to 5 s of boot under the VM
 //! test's emulation).
 //!
-//! The disk is what `systemd-repart` made on the node's first boot (`sovereign-state.service`
-//! in the root): a GPT partition labelled [`PARTLABEL`] holding LUKS2, whose one keyslot's
-//! passphrase is a secret sealed to the TPM under a PCR 11 policy, described by the volume's
-//! `systemd-tpm2` token. Opening it is what `systemd-cryptsetup` does with that token:
+//! On the node's first boot the root's `sovereign-state.service` has `systemd-repart` make a
+//! GPT partition labelled [`PARTLABEL`], and `sovereign-init open-state` makes the volume on
+//! it ([`open_or_create`], `create`): LUKS2 whose one keyslot's passphrase is a secret sealed
+//! to the TPM under a PCR 11 policy, described by the volume's `systemd-tpm2` token, as
+//! `systemd-repart`'s `Encrypt=tpm2` wrote it before. Opening it is what
+//! `systemd-cryptsetup` does with that token:
 //! 1. unseal the secret with the TPM ([`tpm::unseal`]): it is released only while PCR 11
 //!    holds what it held when the secret was sealed, before the root's `sysinit` phase: this
 //!    image's UKI sections, `enter-initrd` and `leave-initrd`. So this runs after
@@ -16,13 +18,14 @@
 //! 3. the dm-crypt device [`NAME`] over the partition's data segment, as `cryptsetup open`
 //!    makes it ([`crate::dm`]), and ext4 on it mounted at `/var/lib/hostd` on a tmpfs `/var`.
 //!
-//! A disk without the partition (the first boot, or a disk the kernel had not yet probed) is
-//! left to the root, whose `sovereign-state.service` creates or opens it. A partition that
-//! does not open (another image, another TPM, a damaged header) is an error: the node powers
-//! off rather than start without its state, as it did when the root opened the disk.
+//! A disk without the partition, or a partition with no LUKS header at all ([`is_blank`]: the
+//! first boot, a first boot cut short, or a disk the kernel had not yet probed) is left to the
+//! root, whose `sovereign-state.service` makes or opens it. A partition that does not open
+//! (another image, another TPM, a damaged header) is an error: the node powers off rather
+//! than start without its state, or format over it.
 
 use crate::dm::{Control, DmError};
-use crate::luks::{Header, LuksError, Segment};
+use crate::luks::{format, Header, LuksError, Segment};
 use crate::verity::{DevNum, Table};
 use base64::Engine;
 use rustix::mount::MountFlags;
@@ -30,6 +33,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use zeroize::{Zeroize, Zeroizing};
+
+mod create;
 
 /// The GPT partition label `image/files/repart.d/50-state.conf` gives the state partition.
 pub const PARTLABEL: &str = "sovereign-state";
@@ -119,6 +124,40 @@ pub enum StateError {
         #[source]
         source: io::Error,
     },
+    /// The partition has lost its primary LUKS header but keeps a secondary one: a damaged
+    /// volume, never formatted over.
+    #[error(
+        "{device} has no primary LUKS header but keeps a secondary one: the node's state is \
+         damaged, not new; restore the primary with `cryptsetup repair` from a rescue system"
+    )]
+    Damaged {
+        /// The partition.
+        device: PathBuf,
+    },
+    /// Sealing a new volume's passphrase to the TPM failed.
+    #[error("sealing the new state disk's passphrase to PCR 11")]
+    Seal(#[source] tpm::TpmError),
+    /// The OS's random generator failed.
+    #[error("the OS's random generator: {0}")]
+    Random(String),
+    /// Writing the new volume failed.
+    #[error("writing {path}")]
+    Write {
+        /// The partition.
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// mkfs.ext4 failed on the new volume.
+    #[error("mkfs.ext4 on {device} exited with {status}: {stderr}")]
+    Mkfs {
+        /// The dm-crypt device.
+        device: PathBuf,
+        /// Its exit status.
+        status: String,
+        /// What it printed.
+        stderr: String,
+    },
     /// A mount failed.
     #[error("mounting {what} on {target}")]
     Mount {
@@ -165,15 +204,50 @@ pub fn open(
     wait: Duration,
 ) -> Result<PathBuf, StateError> {
     let mapped = map(part, tpm_device, wait)?;
-    let target = sysroot.join(STATE_DIR);
+    mount_state(&mapped, sysroot)?;
+    Ok(mapped)
+}
+
+/// The volume's ext4 at `/var/lib/hostd` in `sysroot`: no devices, no set-uid.
+fn mount_state(mapped: &Path, sysroot: &Path) -> Result<(), StateError> {
     mount_at(
         &mapped.display().to_string(),
-        &target,
+        &sysroot.join(STATE_DIR),
         "ext4",
         MountFlags::NODEV | MountFlags::NOSUID,
         "",
-    )?;
-    Ok(mapped)
+    )
+}
+
+/// Whether the partition has no LUKS header at all: `systemd-repart` has just made it, or a
+/// first boot stopped before the volume's header was written. Only the root makes the volume
+/// ([`open_or_create`]); the initrd leaves such a partition to it.
+pub fn is_blank(part: &Partition) -> Result<bool, StateError> {
+    let mut dev = std::fs::File::open(&part.node).map_err(|source| StateError::Read {
+        path: part.node.clone(),
+        source,
+    })?;
+    format::blank(&mut dev).map_err(|source| StateError::Luks {
+        device: part.node.clone(),
+        source,
+    })
+}
+
+/// The root's first boot: opens the partition as [`open`] does or, if it is blank, makes the
+/// sealed volume on it first ([`create`]); mounts it at `/var/lib/hostd` in `root`. Returns
+/// the dm-crypt device and whether it was made now.
+pub fn open_or_create(
+    part: &Partition,
+    root: &Path,
+    tpm_device: &Path,
+    wait: Duration,
+) -> Result<(PathBuf, bool), StateError> {
+    if !is_blank(part)? {
+        return open(part, root, tpm_device, wait).map(|mapped| (mapped, false));
+    }
+    let mapped = create::create(part, tpm_device, wait)?;
+    mount_state(&mapped, root)?;
+    Ok((mapped, true))
 }
 
 /// Mounts `/var` in `sysroot`: memory, as the root's fstab had it, with the state disk's
@@ -251,49 +325,75 @@ fn map(part: &Partition, tpm_device: &Path, wait: Duration) -> Result<PathBuf, S
         path: device.clone(),
         source,
     })?;
-    let header = Header::read(&mut dev).map_err(luks)?;
+    let header = Header::read(&mut dev).map_err(|e| match e {
+        // Called only on a partition that is not blank: a secondary header remains.
+        LuksError::NotLuks => StateError::Damaged {
+            device: device.clone(),
+        },
+        e => luks(e),
+    })?;
     let token = header
         .systemd_tpm2_token()
         .ok_or_else(|| StateError::NoToken {
             device: device.clone(),
         })?;
-    let secret = unseal(tpm_device, wait, &token)?;
-    let passphrase =
-        Zeroizing::new(base64::engine::general_purpose::STANDARD.encode(secret.as_bytes()));
+    wait_for_tpm(tpm_device, wait)?;
+    let secret = unseal(tpm_device, &token)?;
+    let passphrase = passphrase_of(secret.as_bytes());
     let key = header
         .unlock(&mut dev, passphrase.as_bytes(), Some(&token.keyslots))
         .map_err(luks)?;
     let segment = header.segment().map_err(luks)?;
+    map_volume(part, header.uuid(), &segment, key.as_bytes())
+}
+
+/// The keyslot's passphrase for a sealed secret: its base64, as systemd enrols it.
+fn passphrase_of(secret: &[u8]) -> Zeroizing<String> {
+    Zeroizing::new(base64::engine::general_purpose::STANDARD.encode(secret))
+}
+
+/// The dm-crypt device [`NAME`] over `segment` of the partition, keyed with `key`, as
+/// `cryptsetup open` makes it (the same table and device-mapper UUID).
+fn map_volume(
+    part: &Partition,
+    uuid: &str,
+    segment: &Segment,
+    key: &[u8],
+) -> Result<PathBuf, StateError> {
+    let device = &part.node;
     let sectors = read_u64(&part.sys.join("size"))?;
     let mut table = crypt_table(
-        &segment,
-        key.as_bytes(),
+        segment,
+        key,
         DevNum::of(device).map_err(|source| StateError::Read {
             path: device.clone(),
             source,
         })?,
         sectors,
     )?;
-    let uuid = format!("CRYPT-LUKS2-{}-{NAME}", header.uuid().replace('-', ""));
+    let dm_uuid = format!("CRYPT-LUKS2-{}-{NAME}", uuid.replace('-', ""));
     let created = Control::open(Path::new("/dev/mapper/control"))
-        .and_then(|c| c.create(NAME, &uuid, "crypt", &table, 0));
+        .and_then(|c| c.create(NAME, &dm_uuid, "crypt", &table, 0));
     table.params.zeroize();
     let dev = created.map_err(StateError::Dm)?;
     crate::boot::make_node(NAME, dev).map_err(|(path, source)| StateError::Node { path, source })
 }
 
-/// Waits, bounded, for the TPM and unseals the token's secret.
-fn unseal(
-    tpm_device: &Path,
-    wait: Duration,
-    token: &crate::luks::Tpm2Token,
-) -> Result<tpm::unseal::Secret, StateError> {
-    if crate::poll::until(wait, || tpm_device.exists().then_some(())).is_none() {
-        return Err(StateError::NoTpm {
+/// Waits, bounded, for the TPM's device.
+fn wait_for_tpm(tpm_device: &Path, wait: Duration) -> Result<(), StateError> {
+    crate::poll::until(wait, || tpm_device.exists().then_some(())).ok_or_else(|| {
+        StateError::NoTpm {
             device: tpm_device.to_owned(),
             secs: wait.as_secs(),
-        });
-    }
+        }
+    })
+}
+
+/// Unseals the token's secret with the TPM.
+fn unseal(
+    tpm_device: &Path,
+    token: &crate::luks::Tpm2Token,
+) -> Result<tpm::unseal::Secret, StateError> {
     let primary = token
         .primary_alg
         .as_deref()

@@ -10,11 +10,13 @@
 //! passphrase typed by a person needs a slow KDF; 32 random bytes the TPM releases only under
 //! the right PCRs do not. The volume key's digest is PBKDF2-SHA256, also 1000 iterations.
 //!
-//! The order of writing is the caller's to choose so that a crash leaves no half-made
-//! volume: [`wipe`] the header area first, fill the data segment ([`data_segment`]) through a
-//! dm-crypt mapping of the new key, then [`write`] the keyslot area and the secondary and
-//! primary headers, the primary last. Until the primary is written the device has no LUKS
-//! magic and reads as not formatted ([`super::LuksError::NotLuks`]).
+//! The order of writing lets the caller leave no half-made volume after a crash: [`wipe`]
+//! the header area first, fill the data segment ([`data_segment`]) through a dm-crypt
+//! mapping of the new key, then [`write`] the keyslot area, the primary header and the
+//! secondary. Until the primary is written the device is [`blank`]: no header at all, so
+//! nothing of value, and it may be formatted again. A device with a secondary header but no
+//! primary is a volume whose primary was damaged, not a blank one: cryptsetup can repair it
+//! from the secondary, and it must never be formatted over.
 
 use super::{
     xor, Hash, LuksError, Segment, Tpm2Token, VolumeKey, AREA_SECTOR, BINARY_LEN, CSUM, CSUM_ALG,
@@ -28,7 +30,7 @@ use base64::Engine as _;
 use pbkdf2::sha2::{Digest, Sha256};
 use rand_core::{CryptoRng, RngCore};
 use serde_json::{json, Value};
-use std::io::{self, Seek, SeekFrom, Write};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use xts_mode::{get_tweak_default, Xts128};
 use zeroize::Zeroizing;
 
@@ -114,7 +116,33 @@ pub fn wipe(dev: &mut (impl Write + Seek)) -> Result<(), LuksError> {
     Ok(())
 }
 
-/// Writes keyslot 0's area, then the secondary and the primary header. The caller syncs.
+/// Whether `dev` has neither a primary LUKS header nor a secondary one at any offset
+/// cryptsetup may put it (a power of two from 16 KiB to 4 MiB).
+pub fn blank(dev: &mut (impl Read + Seek)) -> Result<bool, LuksError> {
+    let len = dev
+        .seek(SeekFrom::End(0))
+        .map_err(|source| super::LuksError::Read {
+            offset: 0,
+            len: 0,
+            source,
+        })?;
+    let mut offset = 0;
+    while offset + MAGIC.len() as u64 <= len && offset <= super::HDR_MAX {
+        let mut magic = [0u8; 6];
+        super::read_at(dev, offset, &mut magic)?;
+        if &magic == MAGIC || &magic == MAGIC_2 {
+            return Ok(false);
+        }
+        offset = if offset == 0 {
+            super::HDR_MIN
+        } else {
+            offset * 2
+        };
+    }
+    Ok(true)
+}
+
+/// Writes keyslot 0's area, then the primary and the secondary header. The caller syncs.
 pub fn write(
     dev: &mut (impl Write + Seek),
     new: &NewVolume,
@@ -133,8 +161,8 @@ pub fn write(
     write_at(dev, KEYSLOTS_OFFSET, &area)?;
     let metadata = metadata(new, &kdf_salt, area_size, rng);
     let json = json_area(&metadata)?;
-    write_at(dev, HDR_SIZE, &header(new, MAGIC_2, HDR_SIZE, &json, rng))?;
     write_at(dev, 0, &header(new, MAGIC, 0, &json, rng))?;
+    write_at(dev, HDR_SIZE, &header(new, MAGIC_2, HDR_SIZE, &json, rng))?;
     dev.flush().map_err(|source| write_error(0, 0, source))
 }
 

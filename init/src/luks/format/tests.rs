@@ -129,6 +129,49 @@ fn the_secondary_header_stands_in_for_a_damaged_primary() {
     ));
     // cryptsetup finds the secondary header valid and uses it.
     assert_eq!(dumped_key(&image, &keyfile), key.as_bytes());
+    // With the primary gone entirely, the volume is still not blank: never formatted over.
+    assert!(!blank(&mut File::open(&image).unwrap()).unwrap());
+    bytes[..BINARY_LEN].fill(0);
+    std::fs::write(&image, &bytes).unwrap();
+    assert!(!blank(&mut File::open(&image).unwrap()).unwrap());
+    assert!(matches!(
+        Header::read(&mut File::open(&image).unwrap()),
+        Err(LuksError::NotLuks)
+    ));
+}
+
+#[test]
+fn a_volume_cryptsetup_made_is_not_blank() {
+    let dir = tempfile::tempdir().unwrap();
+    let image = dir.path().join("c.img");
+    let keyfile = dir.path().join("key");
+    std::fs::write(&keyfile, PASSPHRASE).unwrap();
+    File::create(&image).unwrap().set_len(20 << 20).unwrap();
+    assert!(blank(&mut File::open(&image).unwrap()).unwrap());
+    cryptsetup(&[
+        "luksFormat",
+        "--type",
+        "luks2",
+        "--batch-mode",
+        "--pbkdf",
+        "pbkdf2",
+        "--pbkdf-force-iterations",
+        "1000",
+        "--luks2-metadata-size",
+        "64k",
+        "--key-file",
+        path(&keyfile),
+        path(&image),
+    ]);
+    let mut bytes = std::fs::read(&image).unwrap();
+    bytes[..BINARY_LEN].fill(0);
+    std::fs::write(&image, &bytes).unwrap();
+    // Its secondary header is at 64 KiB, the metadata size: found where cryptsetup put it.
+    assert!(!blank(&mut File::open(&image).unwrap()).unwrap());
+    // A device shorter than a header is blank, not an error.
+    let tiny = dir.path().join("tiny");
+    std::fs::write(&tiny, [0u8; 100]).unwrap();
+    assert!(blank(&mut File::open(&tiny).unwrap()).unwrap());
 }
 
 #[test]
@@ -148,6 +191,7 @@ fn a_wiped_device_reads_as_not_formatted_and_bad_input_is_refused() {
         Header::read(&mut File::open(&image).unwrap()),
         Err(LuksError::NotLuks)
     ));
+    assert!(blank(&mut File::open(&image).unwrap()).unwrap());
     let short = VolumeKey::random(&mut OsRng, 16);
     let uuid = random_uuid(&mut OsRng);
     let mut new = NewVolume {
