@@ -29,6 +29,7 @@
 pub mod boot;
 pub mod cmdline;
 pub mod dm;
+pub mod gpt;
 pub mod kmod;
 pub mod luks;
 pub mod phase;
