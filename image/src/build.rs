@@ -415,21 +415,22 @@ fn fstab() -> String {
         .to_owned()
 }
 
-/// The sealed state disk. On first boot `sovereign-state.service` has `systemd-repart` create
-/// its one partition, then `sovereign-init open-state` makes the volume on it (LUKS2 with a
-/// random volume key whose only keyslot's passphrase is sealed to the TPM under a PCR 11
-/// policy, ext4 inside) and mounts it. On every later boot the initrd has opened and mounted it
-/// already (the same code, `sovereign-init`'s `state`), and the unit does nothing. Sealing and opening
-/// both see the same PCR 11 (the UKI's sections, `enter-initrd`, `leave-initrd`): under
-/// another image, or off this node's TPM, the disk does not open.
+/// The sealed state disk. On the first boot the initrd (`sovereign-init`, told the disk by
+/// the command line's `sovereign.state_disk=`) partitions the blank disk, makes the volume
+/// (LUKS2 with a random volume key whose only keyslot's passphrase is sealed to the TPM under a
+/// PCR 11 policy, ext4 inside) and mounts it; on every later boot it opens and mounts it.
+/// `sovereign-state.service` does the same in the root where the initrd could not (a disk it
+/// cannot name in sysfs, or one that showed late). Sealing and opening both see the same PCR 11
+/// (the UKI's sections, `enter-initrd`, `leave-initrd`): under another image, or off this
+/// node's TPM, the disk does not open.
 fn install_state_disk(spec: &BuildSpec, root: &Path) -> Result<(), BuildError> {
-    let repart = read(&spec.files.join("repart.d/50-state.conf"))?;
-    write_file(
-        root,
-        "usr/lib/sovereign-host/repart.d/50-state.conf",
-        &repart,
-        0o644,
-    )?;
+    let device = &spec.state_device;
+    if !device.starts_with("/dev/") || device.contains(char::is_whitespace) {
+        return Err(BuildError::Input(format!(
+            "--state-device {device:?}: give the disk's stable /dev path (one word, e.g. \
+             /dev/disk/by-id/virtio-sovereign-state)"
+        )));
+    }
     write_file(
         root,
         "usr/lib/systemd/system/sovereign-state.service",
@@ -439,33 +440,30 @@ fn install_state_disk(spec: &BuildSpec, root: &Path) -> Result<(), BuildError> {
     Ok(())
 }
 
-/// `sovereign-state.service`: the first boot's creation of the state disk.
+/// `sovereign-state.service`: the state disk made or opened in the root, where the initrd left
+/// it.
 fn state_unit(device: &str) -> String {
     format!(
         "[Unit]\n\
-         Description=Sealed state disk (first boot: created as LUKS2 sealed to PCR 11, opened, mounted)\n\
+         Description=Sealed state disk (first boot: partitioned, made as LUKS2 sealed to PCR 11, mounted)\n\
          Documentation=file:/usr/share/sovereign-host/docs/image.md\n\
          DefaultDependencies=no\n\
          Wants=systemd-udevd.service systemd-udev-trigger.service\n\
          After=systemd-udevd.service systemd-udev-trigger.service\n\
          Before=systemd-pcrphase-sysinit.service sysinit.target shutdown.target\n\
          Conflicts=shutdown.target\n\
-         # On every later boot the initrd opened the disk with the TPM and mounted it: nothing to\n\
-         # do, and nothing here waits for udev to announce the disk (seconds under emulation).\n\
+         # The initrd made or opened the disk and mounted it on every boot where it could name\n\
+         # the disk: then nothing here runs, and nothing waits for udev to announce the disk.\n\
          ConditionPathIsMountPoint=!/var/lib/hostd\n\
          \n\
          [Service]\n\
          Type=oneshot\n\
          RemainAfterExit=yes\n\
          ExecStart=/usr/bin/udevadm wait --timeout=120 {device}\n\
-         # Makes the partition, or changes nothing if it is there (the initrd may not have\n\
-         # seen a disk that a slow controller showed late).\n\
-         ExecStart=/usr/bin/systemd-repart --dry-run=no --empty=allow \
-         --definitions=/usr/lib/sovereign-host/repart.d {device}\n\
-         # Makes the volume on a blank partition (its passphrase sealed to PCR 11 as it is now:\n\
-         # this runs before the sysinit phase, so the initrd sees the same PCR 11), or opens\n\
-         # it as the initrd does on every later boot; mounts it.\n\
-         ExecStart=/{ROOT_INIT_COPY} open-state\n",
+         # Partitions the disk if it is blank and makes the volume (its passphrase sealed to\n\
+         # PCR 11 as it is now: this runs before the sysinit phase, so the initrd sees the same\n\
+         # PCR 11 on later boots), or opens it as the initrd does; mounts it.\n\
+         ExecStart=/{ROOT_INIT_COPY} open-state {device}\n",
     )
 }
 
@@ -496,7 +494,8 @@ fn cmdline(spec: &BuildSpec, root_hash: &str) -> String {
     let mut c = format!(
         "console=ttyS0 roothash={root_hash} systemd.verity_root_data=/dev/disk/by-uuid/{ROOT_UUID} \
          systemd.verity_root_hash=/dev/disk/by-uuid/{VERITY_UUID} rootfstype=erofs ro \
-         {HARDENING} quiet loglevel=3 systemd.show_status=error"
+         {HARDENING} quiet loglevel=3 systemd.show_status=error sovereign.state_disk={state}",
+        state = spec.state_device
     );
     if !spec.extra_cmdline.is_empty() {
         c.push(' ');
@@ -693,19 +692,53 @@ pub fn write_signed_manifest(
 mod tests {
     use super::*;
 
-    /// The initrd finds the state partition by the label repart gives it, and the root's
-    /// unit opens it the same way on the first boot.
+    /// The initrd is told the state disk by the command line, as the root's unit is by its
+    /// command; both make or open it with the same code.
     #[test]
-    fn the_state_partition_is_the_one_the_initrd_opens() {
-        let label = sovereign_init::state::PARTLABEL;
-        let conf = include_str!("../files/repart.d/50-state.conf");
-        assert!(
-            conf.lines().any(|l| l.trim() == format!("Label={label}")),
-            "repart.d/50-state.conf must label the partition {label}"
-        );
-        let unit = state_unit("/dev/disk/by-id/virtio-sovereign-state");
+    fn the_state_disk_is_the_one_the_initrd_makes() {
+        let device = "/dev/disk/by-id/virtio-sovereign-state";
+        let unit = state_unit(device);
         assert!(unit.contains("ConditionPathIsMountPoint=!/var/lib/hostd"));
-        assert!(unit.contains(&format!("ExecStart=/{ROOT_INIT_COPY} open-state\n")));
+        assert!(unit.contains(&format!(
+            "ExecStart=/{ROOT_INIT_COPY} open-state {device}\n"
+        )));
+        let spec = BuildSpec {
+            lock: crate::lock::Lock {
+                packages: Vec::new(),
+            },
+            cache: PathBuf::new(),
+            out: PathBuf::new(),
+            hostd: PathBuf::new(),
+            init: PathBuf::new(),
+            files: PathBuf::new(),
+            epoch: 0,
+            version: "0".into(),
+            simulated_nvml: None,
+            state_device: device.to_owned(),
+            extra_cmdline: String::new(),
+        };
+        let root = tempfile::tempdir().unwrap();
+        install_state_disk(&spec, root.path()).unwrap();
+        assert!(root
+            .path()
+            .join("usr/lib/systemd/system/sovereign-state.service")
+            .exists());
+        for bad in ["/dev/disk/by-id/a b", "vdb", ""] {
+            let spec = BuildSpec {
+                state_device: bad.to_owned(),
+                ..spec.clone()
+            };
+            assert!(
+                matches!(
+                    install_state_disk(&spec, Path::new("/nonexistent")),
+                    Err(BuildError::Input(_))
+                ),
+                "{bad:?}"
+            );
+        }
+        let line = cmdline(&spec, &"ab".repeat(32));
+        let parsed = sovereign_init::cmdline::parse(&line).unwrap();
+        assert_eq!(parsed.state_disk.as_deref(), Some(device));
     }
 
     /// The root's phases measured in place of systemd-pcrphase are the ones the prediction

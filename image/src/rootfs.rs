@@ -223,9 +223,9 @@ pub const LEFT_OUT: &[&str] = &[
     // volumes, offline updates, units on the command line, automatic GPT discovery, which
     // could otherwise mount an ESP it found), and verity volumes (sovereign-init, the initrd,
     // has opened the root's already: systemd's would start a service that finds it active),
-    // and encrypted volumes (the image has no crypttab: the initrd opens the state disk, and
-    // on the first boot sovereign-state.service runs systemd-cryptsetup itself): each is a
-    // process at every boot. fstab's stays.
+    // and encrypted volumes (the image has no crypttab: sovereign-init makes and opens the
+    // state disk, in the initrd or in sovereign-state.service): each is a process at every
+    // boot. fstab's stays.
     "usr/lib/systemd/system-generators/systemd-cryptsetup-generator",
     "usr/lib/systemd/system-generators/systemd-debug-generator",
     "usr/lib/systemd/system-generators/systemd-gpt-auto-generator",
@@ -256,9 +256,8 @@ pub const LEFT_OUT: &[&str] = &[
     "usr/lib/systemd/system/sysinit.target.wants/integritysetup.target",
     // /var is memory: no saved random seed to load (none would survive the boot; the kernel
     // seeds itself from the CPU's and the TPM's generators) and no persistent journal to
-    // flush to. systemd-repart runs on the state disk only, in the node's own unit; the stock
-    // unit, for the root disk, would load modules that are loaded already (`loop` by
-    // modules-load.d, `dm_mod` in the initrd).
+    // flush to. The stock systemd-repart unit is for the root disk, which is read-only and
+    // complete; sovereign-init partitions the state disk.
     "usr/lib/systemd/system/sysinit.target.wants/systemd-random-seed.service",
     "usr/lib/systemd/system/sysinit.target.wants/systemd-journal-flush.service",
     "usr/lib/systemd/system/sysinit.target.wants/systemd-repart.service",

@@ -142,7 +142,7 @@ pub fn run() -> Result<Infallible, InitError> {
     measure(&mut phases, phase::LEAVE_INITRD)?;
     drop(phases);
     // After `leave-initrd`: the passphrase was sealed at that PCR 11 (docs/image.md).
-    open_state(&say)?;
+    open_state(&spec, &say)?;
     switch_root(Path::new(SYSROOT))
 }
 
@@ -224,13 +224,20 @@ fn load_modules_from(
     Ok(())
 }
 
-/// `sovereign-init open-state`, in the root on the first boot (`sovereign-state.service`,
-/// once `systemd-repart` has made the partition): makes the sealed volume on the blank
-/// partition ([`state::open_or_create`]) and mounts it at `/var/lib/hostd`; a partition that
-/// has its volume already is opened with the same unseal and unlock as the initrd's on every
-/// later boot. Returns the partition, the dm-crypt device and whether the volume was made.
-pub fn open_state_in_root() -> Result<(PathBuf, PathBuf, bool), InitError> {
-    let part = state::wait_for(DEVICE_WAIT)?;
+/// `sovereign-init open-state [DEVICE]`, in the root (`sovereign-state.service`), when the
+/// initrd did not mount the state disk: on a first boot whose disk the initrd could not
+/// name (not virtio or NVMe) or did not see yet. Partitions `device` if it is blank, makes the
+/// volume on a blank partition, or opens it as the initrd does, and mounts it at
+/// `/var/lib/hostd`. Returns the partition, the dm-crypt device and whether the volume was
+/// made.
+pub fn open_state_in_root(device: Option<&Path>) -> Result<(PathBuf, PathBuf, bool), InitError> {
+    let part = match state::find() {
+        Some(part) => part,
+        None => {
+            let device = device.ok_or(StateError::NoDevice)?;
+            partition(&state::disk::Disk::from_node(device)?)?
+        }
+    };
     load_modules_from(Path::new("/usr/lib/modules"), &state_modules(), &|_| {})?;
     let root = Path::new("/");
     let tpm = Path::new(tpm::DEFAULT_DEVICE);
@@ -238,31 +245,64 @@ pub fn open_state_in_root() -> Result<(PathBuf, PathBuf, bool), InitError> {
     Ok((part.node, mapped, created))
 }
 
+/// Writes the state partition's table on a blank disk and waits for the kernel's partition.
+fn partition(disk: &state::disk::Disk) -> Result<state::Partition, InitError> {
+    if !disk.partition_if_blank()? {
+        return Err(StateError::NotBlank {
+            disk: disk.node.clone(),
+        }
+        .into());
+    }
+    Ok(state::wait_for(DEVICE_WAIT)?)
+}
+
 fn state_modules() -> Vec<String> {
     state::MODULES.iter().map(|m| (*m).to_owned()).collect()
 }
 
-/// `/var`, then the state disk if it has its partition: its modules come from the verified
-/// root (the initrd does not carry them), its key from the TPM (`state`).
-fn open_state(say: &dyn Fn(&str)) -> Result<(), InitError> {
+/// `/var`, then the state disk: opened when it has its volume, made when it is blank (the
+/// first boot: partitioned, sealed, formatted). Its modules come from the verified root (the
+/// initrd does not carry them), its key from the TPM (`state`).
+fn open_state(spec: &RootSpec, say: &dyn Fn(&str)) -> Result<(), InitError> {
     let sysroot = Path::new(SYSROOT);
     state::mount_var(sysroot)?;
-    let Some(part) = state::find() else {
-        say("no state partition yet: the root creates it (first boot)");
-        return Ok(());
+    let part = match state::find() {
+        Some(part) => part,
+        None => match first_boot_disk(spec, say) {
+            Some(disk) => partition(&disk)?,
+            None => return Ok(()),
+        },
     };
-    if state::is_blank(&part)? {
-        say("the state partition has no volume yet: the root makes it (first boot)");
-        return Ok(());
-    }
     load_modules_from(&sysroot.join("usr/lib/modules"), &state_modules(), say)?;
-    let mapped = state::open(&part, sysroot, Path::new(tpm::DEFAULT_DEVICE), DEVICE_WAIT)?;
+    let tpm = Path::new(tpm::DEFAULT_DEVICE);
+    let (mapped, created) = state::open_or_create(&part, sysroot, tpm, DEVICE_WAIT)?;
+    let how = if created {
+        "made (first boot) and sealed to PCR 11"
+    } else {
+        "unsealed with the TPM"
+    };
     say(&format!(
-        "state disk {} unsealed with the TPM, {} mounted at /var/lib/hostd",
+        "state disk {}: {how}, {} mounted at /var/lib/hostd",
         part.node.display(),
         mapped.display()
     ));
     Ok(())
+}
+
+/// The command line's state disk, when it has no partition yet and the initrd can name it in
+/// sysfs; otherwise the root's `sovereign-state.service` sees to it.
+fn first_boot_disk(spec: &RootSpec, say: &dyn Fn(&str)) -> Option<state::disk::Disk> {
+    let Some(name) = spec.state_disk.as_deref() else {
+        say("no state partition, and the command line names no state disk: left to the root");
+        return None;
+    };
+    let disk = state::disk::Disk::by_id(Path::new("/sys/class/block"), name);
+    if disk.is_none() {
+        say(&format!(
+            "{name} is not a disk the initrd finds: left to the root"
+        ));
+    }
+    disk
 }
 
 fn measure(phases: &mut Phases, phase: &'static str) -> Result<(), InitError> {

@@ -19,6 +19,9 @@ pub struct RootSpec {
     pub fstype: String,
     /// `quiet`: say nothing on the console unless the boot fails.
     pub quiet: bool,
+    /// `sovereign.state_disk=`: the node's state disk by its `/dev/disk/by-id/` name (the
+    /// build's `--state-device`), which the initrd partitions and makes on the first boot.
+    pub state_disk: Option<String>,
 }
 
 /// A block device as the command line names it.
@@ -55,6 +58,7 @@ const ROOT_HASH: &str = "roothash";
 const DATA: &str = "systemd.verity_root_data";
 const HASH: &str = "systemd.verity_root_hash";
 const FSTYPE: &str = "rootfstype";
+const STATE_DISK: &str = "sovereign.state_disk";
 
 /// Reads the root's description from `/proc/cmdline`'s text. As with the kernel and systemd,
 /// the last occurrence of a key wins.
@@ -78,6 +82,7 @@ pub fn parse(cmdline: &str) -> Result<RootSpec, CmdlineError> {
         hash: device(HASH, required(HASH)?)?,
         fstype: required(FSTYPE)?.to_owned(),
         quiet: cmdline.split_whitespace().any(|w| w == "quiet"),
+        state_disk: value(STATE_DISK).map(str::to_owned),
     })
 }
 
@@ -122,6 +127,15 @@ mod tests {
         assert_eq!(spec.hash, Device::Path("/dev/vdc".into()));
         assert_eq!(spec.fstype, "erofs");
         assert!(spec.quiet);
+        assert_eq!(spec.state_disk, None);
+        let with_state = parse(&line(
+            "sovereign.state_disk=/dev/disk/by-id/virtio-sovereign-state",
+        ))
+        .unwrap();
+        assert_eq!(
+            with_state.state_disk.as_deref(),
+            Some("/dev/disk/by-id/virtio-sovereign-state")
+        );
     }
 
     #[test]

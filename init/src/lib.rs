@@ -12,9 +12,9 @@
 //! 5. creates the read-only dm-verity device `root` from the hash device's superblock and the
 //!    command line's root hash ([`verity`], [`dm`]), and mounts it read-only;
 //! 6. extends PCR 11 with `leave-initrd`;
-//! 7. mounts the root's `/var` (memory) and, when the node's state partition is there, opens
-//!    it with the key the TPM unseals under PCR 11 and mounts it at `/var/lib/hostd`
-//!    ([`state`], [`luks`]);
+//! 7. mounts the root's `/var` (memory) and the node's state disk at `/var/lib/hostd`: opened
+//!    with the key the TPM unseals under PCR 11 or, on the first boot, partitioned ([`gpt`]),
+//!    sealed and formatted ([`state`], [`luks`]);
 //! 8. moves the kernel filesystems into the root, frees the initramfs and executes the root's
 //!    `/sbin/init` (systemd) as PID 1.
 //!

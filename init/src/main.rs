@@ -3,8 +3,8 @@
 //!
 //! The root has a copy too, for two other jobs: `sovereign-init pcrphase <phase>` measures
 //! the root's boot phases into PCR 11 in place of `systemd-pcrphase` (see
-//! `sovereign_init::phase::measure_root_phase`), and `sovereign-init open-state` makes and
-//! opens the state disk on the first boot, once `systemd-repart` has made its partition (see
+//! `sovereign_init::phase::measure_root_phase`), and `sovereign-init open-state [device]`
+//! makes and opens the state disk on a first boot that the initrd left to the root (see
 //! `sovereign_init::boot::open_state_in_root`).
 
 #![deny(unsafe_code)]
@@ -15,13 +15,16 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.as_slice() {
         [mode, phase] if mode == "pcrphase" => std::process::exit(pcrphase(phase)),
-        [mode] if mode == "open-state" => std::process::exit(open_state()),
+        [mode] if mode == "open-state" => std::process::exit(open_state(None)),
+        [mode, device] if mode == "open-state" => {
+            std::process::exit(open_state(Some(std::path::Path::new(device))))
+        }
         _ => {}
     }
     if std::process::id() != 1 {
         eprintln!(
             "sovereign-init: this is the image's initrd init; it runs only as PID 1 \
-             (or as `sovereign-init pcrphase <phase>` or `sovereign-init open-state`)"
+             (or as `sovereign-init pcrphase <phase>` or `sovereign-init open-state [device]`)"
         );
         std::process::exit(2);
     }
@@ -52,8 +55,8 @@ fn pcrphase(phase: &str) -> i32 {
 
 /// Opens and mounts the state disk in the root; the exit status and a line for the journal
 /// say how it went.
-fn open_state() -> i32 {
-    match sovereign_init::boot::open_state_in_root() {
+fn open_state(device: Option<&std::path::Path>) -> i32 {
+    match sovereign_init::boot::open_state_in_root(device) {
         Ok((part, mapped, created)) => {
             let how = if created {
                 "made (LUKS2, its passphrase sealed to PCR 11, ext4 inside)"

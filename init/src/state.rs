@@ -3,12 +3,12 @@
 //! announce the disk and for `systemd-cryptsetup` (together 3 to 5 s of boot under the VM
 //! test's emulation).
 //!
-//! On the node's first boot the root's `sovereign-state.service` has `systemd-repart` make a
-//! GPT partition labelled [`PARTLABEL`], and `sovereign-init open-state` makes the volume on
-//! it ([`open_or_create`], `create`): LUKS2 whose one keyslot's passphrase is a secret sealed
-//! to the TPM under a PCR 11 policy, described by the volume's `systemd-tpm2` token, as
-//! `systemd-repart`'s `Encrypt=tpm2` wrote it before. Opening it is what
-//! `systemd-cryptsetup` does with that token:
+//! On the node's first boot the disk is blank: it gets a GPT partition labelled
+//! [`PARTLABEL`] ([`disk`], [`crate::gpt`]) and the volume is made on it ([`open_or_create`],
+//! `create`): LUKS2 whose one keyslot's passphrase is a secret sealed to the TPM under a PCR 11
+//! policy, described by the volume's `systemd-tpm2` token, as `systemd-repart`'s
+//! `Encrypt=tpm2` wrote it before. Opening it is what `systemd-cryptsetup` does with that
+//! token:
 //! 1. unseal the secret with the TPM ([`tpm::unseal`]): it is released only while PCR 11
 //!    holds what it held when the secret was sealed, before the root's `sysinit` phase: this
 //!    image's UKI sections, `enter-initrd` and `leave-initrd`. So this runs after
@@ -18,11 +18,12 @@
 //! 3. the dm-crypt device [`NAME`] over the partition's data segment, as `cryptsetup open`
 //!    makes it ([`crate::dm`]), and ext4 on it mounted at `/var/lib/hostd` on a tmpfs `/var`.
 //!
-//! A disk without the partition, or a partition with no LUKS header at all ([`is_blank`]: the
-//! first boot, a first boot cut short, or a disk the kernel had not yet probed) is left to the
-//! root, whose `sovereign-state.service` makes or opens it. A partition that does not open
-//! (another image, another TPM, a damaged header) is an error: the node powers off rather
-//! than start without its state, or format over it.
+//! The initrd does all of this, on the first boot too, for a disk it can name in sysfs (the
+//! command line's `sovereign.state_disk=`); otherwise the root's `sovereign-state.service`
+//! does, with the same code (`sovereign-init open-state`). A partition with no LUKS header at
+//! all ([`is_blank`]: a first boot cut short) gets its volume made again. A partition that does
+//! not open (another image, another TPM, a damaged header) is an error: the node powers off
+//! rather than start without its state, or format over it.
 
 use crate::dm::{Control, DmError};
 use crate::luks::{format, Header, LuksError, Segment};
@@ -35,8 +36,9 @@ use std::time::Duration;
 use zeroize::{Zeroize, Zeroizing};
 
 mod create;
+pub mod disk;
 
-/// The GPT partition label `image/files/repart.d/50-state.conf` gives the state partition.
+/// The GPT partition label of the state partition (repart's `Label=` on nodes it made).
 pub const PARTLABEL: &str = "sovereign-state";
 /// The dm-crypt device's name (the root's `/dev/mapper/sovstate`).
 pub const NAME: &str = "sovstate";
@@ -48,7 +50,7 @@ pub const MODULES: &[&str] = &["dm_crypt", "xts", "ecb", "aesni_intel", "ext4"];
 const VAR: &str = "var";
 /// The state disk's mount point inside the root.
 const STATE_DIR: &str = "var/lib/hostd";
-/// The only data segment layout `repart` writes and this opens.
+/// The only data segment layout this writes and opens (as `repart` wrote it).
 const CIPHER: &str = "aes-xts-plain64";
 const SECTOR: u64 = 512;
 
@@ -78,7 +80,7 @@ pub enum StateError {
         /// The partition.
         device: PathBuf,
     },
-    /// No partition labelled [`PARTLABEL`] appeared (after `systemd-repart` made it).
+    /// No partition labelled [`PARTLABEL`] appeared (after the table was written).
     #[error("no partition labelled {PARTLABEL} appeared within {secs} s")]
     NoPartition {
         /// How long was waited.
@@ -158,6 +160,34 @@ pub enum StateError {
         /// What it printed.
         stderr: String,
     },
+    /// There is no state partition, and no disk was named to make it on.
+    #[error(
+        "there is no partition labelled {PARTLABEL}, and no state disk was named to make it on"
+    )]
+    NoDevice,
+    /// The state device is not a disk's node under `/dev`.
+    #[error("the state device {path} is not a disk under /dev")]
+    NotADisk {
+        /// Where its name led.
+        path: PathBuf,
+    },
+    /// The disk is neither blank nor has the state partition: it is not touched.
+    #[error(
+        "{disk} has no partition labelled {PARTLABEL} but is not blank either (something is in \
+         its first or last MiB): the node does not partition a disk that may hold data"
+    )]
+    NotBlank {
+        /// The disk.
+        disk: PathBuf,
+    },
+    /// Writing the partition table failed.
+    #[error("partitioning {disk}")]
+    Gpt {
+        /// The disk.
+        disk: PathBuf,
+        #[source]
+        source: crate::gpt::GptError,
+    },
     /// A mount failed.
     #[error("mounting {what} on {target}")]
     Mount {
@@ -179,17 +209,16 @@ pub struct Partition {
     sys: PathBuf,
 }
 
-/// Waits, bounded, for the state partition: on the first boot `systemd-repart` has just
-/// written the partition table and the kernel re-reads it.
+/// Waits, bounded, for the state partition: on the first boot the partition table has just
+/// been written and the kernel re-reads it.
 pub fn wait_for(wait: Duration) -> Result<Partition, StateError> {
     crate::poll::until(wait, find).ok_or(StateError::NoPartition {
         secs: wait.as_secs(),
     })
 }
 
-/// The state partition, if the kernel has one: none on the first boot, when the root's
-/// `sovereign-state.service` makes it (or, should a slow controller not have shown it yet,
-/// opens it).
+/// The state partition, if the kernel has one: none on the first boot, before the disk is
+/// partitioned.
 pub fn find() -> Option<Partition> {
     find_partition(Path::new("/sys/class/block"))
 }
@@ -219,9 +248,8 @@ fn mount_state(mapped: &Path, sysroot: &Path) -> Result<(), StateError> {
     )
 }
 
-/// Whether the partition has no LUKS header at all: `systemd-repart` has just made it, or a
-/// first boot stopped before the volume's header was written. Only the root makes the volume
-/// ([`open_or_create`]); the initrd leaves such a partition to it.
+/// Whether the partition has no LUKS header at all: it was just made, or a first boot stopped
+/// before the volume's header was written ([`open_or_create`] then makes the volume).
 pub fn is_blank(part: &Partition) -> Result<bool, StateError> {
     let mut dev = std::fs::File::open(&part.node).map_err(|source| StateError::Read {
         path: part.node.clone(),
@@ -233,9 +261,9 @@ pub fn is_blank(part: &Partition) -> Result<bool, StateError> {
     })
 }
 
-/// The root's first boot: opens the partition as [`open`] does or, if it is blank, makes the
-/// sealed volume on it first ([`create`]); mounts it at `/var/lib/hostd` in `root`. Returns
-/// the dm-crypt device and whether it was made now.
+/// Opens the partition as [`open`] does or, if it is blank, makes the sealed volume on it
+/// first (`create`); mounts it at `/var/lib/hostd` in `root` (`/sysroot` in the initrd, `/`
+/// in the root). Returns the dm-crypt device and whether it was made now.
 pub fn open_or_create(
     part: &Partition,
     root: &Path,
@@ -245,7 +273,7 @@ pub fn open_or_create(
     if !is_blank(part)? {
         return open(part, root, tpm_device, wait).map(|mapped| (mapped, false));
     }
-    let mapped = create::create(part, tpm_device, wait)?;
+    let mapped = create::create(part, root, tpm_device, wait)?;
     mount_state(&mapped, root)?;
     Ok((mapped, true))
 }

@@ -1,4 +1,5 @@
-//! The one `ioctl(2)` call: device-mapper's. Everything `unsafe` in the crate is here.
+//! The `ioctl(2)` calls: device-mapper's, and the block layer's re-read of a partition table.
+//! Everything `unsafe` in the crate is here.
 
 #![allow(unsafe_code)]
 
@@ -26,6 +27,22 @@ pub(crate) fn dm_ioctl(fd: impl AsFd, request: u32, buf: &mut [u8]) -> io::Resul
     // only memory we own, and only during the call. `as _`: `c_ulong` on glibc, `c_int` on
     // musl.
     let rc = unsafe { libc::ioctl(fd.as_raw_fd(), request as _, buf.as_mut_ptr()) };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// `BLKRRPART`: `_IO(0x12, 95)`.
+const BLKRRPART: u32 = 0x125f;
+
+/// Has the kernel re-read the partition table of the whole disk open as `fd`.
+pub(crate) fn reread_partitions(fd: impl AsFd) -> io::Result<()> {
+    let fd = fd.as_fd();
+    // SAFETY: BLKRRPART takes no argument and touches no user memory; `fd` is open for the
+    // whole call. `as _`: `c_ulong` on glibc, `c_int` on musl.
+    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), BLKRRPART as _, 0) };
     if rc < 0 {
         Err(io::Error::last_os_error())
     } else {

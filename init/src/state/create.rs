@@ -1,11 +1,12 @@
-//! The state disk's first boot: the partition `systemd-repart` just made is blank, and this
-//! makes the sealed volume on it, as `systemd-repart`'s `Encrypt=tpm2` and `Format=ext4` did
+//! The state disk's first boot: the partition just made is blank, and this makes the sealed
+//! volume on it, as `systemd-repart`'s `Encrypt=tpm2` and `Format=ext4` did
 //! (the same LUKS2 layout, token and PCR 11 policy, so the initrd opens it on every later
 //! boot), in a fraction of the time: no PBKDF benchmark, no loop device, no libcryptsetup.
 //!
 //! 1. a 32-byte secret from the OS's generator, sealed by the TPM to PCR 11 as it is now
 //!    (the UKI's sections, `enter-initrd`, `leave-initrd`: the same PCR 11 the initrd sees
-//!    when it unseals, since this runs before the root's `sysinit` phase);
+//!    when it unseals, since this runs after `leave-initrd` in the initrd, or before the
+//!    root's `sysinit` phase);
 //! 2. the header area wiped, then ext4 made inside a dm-crypt mapping of a new random
 //!    AES-256-XTS volume key;
 //! 3. only then the LUKS2 header: keyslot 0 (passphrase: the secret in base64, systemd's
@@ -33,8 +34,11 @@ const SECRET_LEN: usize = 32;
 const PCR: u32 = 11;
 /// Fewer data sectors than this (32 MiB) is not a state disk but a mistake.
 const MIN_DATA_SECTORS: u64 = 64 * 1024;
-/// Debian's mkfs.ext4, in the image.
-const MKFS: &str = "/usr/sbin/mkfs.ext4";
+/// Debian's mkfs.ext4, in the image's root.
+const MKFS: &str = "usr/sbin/mkfs.ext4";
+/// The root's libraries and its dynamic loader (amd64, merged `/usr`).
+const LIB_DIR: &str = "usr/lib/x86_64-linux-gnu";
+const LOADER: &str = "ld-linux-x86-64.so.2";
 /// The ext4 label (at most 16 bytes).
 const FS_LABEL: &str = "sovereign-state";
 
@@ -42,6 +46,7 @@ const FS_LABEL: &str = "sovereign-state";
 /// ([`super::NAME`]), holding a new, empty ext4.
 pub(super) fn create(
     part: &Partition,
+    root: &Path,
     tpm_device: &Path,
     wait: Duration,
 ) -> Result<PathBuf, StateError> {
@@ -56,7 +61,7 @@ pub(super) fn create(
     let uuid = format::random_uuid(&mut OsRng);
     wipe(part)?;
     let mapped = map_volume(part, &uuid, &format::data_segment(), key.as_bytes())?;
-    mkfs(&mapped)?;
+    mkfs(root, &mapped)?;
     let passphrase = passphrase_of(&secret[..]);
     let new = NewVolume {
         uuid: &uuid,
@@ -118,17 +123,17 @@ fn write_header(part: &Partition, new: &NewVolume) -> Result<(), StateError> {
     dev.sync_all().map_err(|source| write_error(part, source))
 }
 
-/// ext4 as `systemd-repart`'s `Format=ext4` makes it (no reserved blocks, no discard, inode
-/// tables zeroed lazily by the kernel); `/etc/mke2fs.conf` adds the `encrypt` feature for
-/// leases' fscrypt scratch.
-fn mkfs(device: &Path) -> Result<(), StateError> {
-    let out = Command::new(MKFS)
-        .args(["-q", "-F", "-L", FS_LABEL, "-m", "0"])
+/// ext4 as `systemd-repart`'s `Format=ext4` made it (no reserved blocks, no discard, inode
+/// tables zeroed lazily by the kernel), with the verified root's `mkfs.ext4`, whose
+/// `/etc/mke2fs.conf` adds the `encrypt` feature for leases' fscrypt scratch.
+fn mkfs(root: &Path, device: &Path) -> Result<(), StateError> {
+    let out = mkfs_command(root)
+        .args(["-q", "-F", "-t", "ext4", "-L", FS_LABEL, "-m", "0"])
         .args(["-E", "nodiscard,lazy_itable_init=1"])
         .arg(device)
         .output()
         .map_err(|source| StateError::Read {
-            path: MKFS.into(),
+            path: root.join(MKFS),
             source,
         })?;
     if out.status.success() {
@@ -139,6 +144,22 @@ fn mkfs(device: &Path) -> Result<(), StateError> {
         status: out.status.to_string(),
         stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
     })
+}
+
+/// `mkfs.ext4` of the root at `root`. In the initrd (`root` is `/sysroot`) the root's own
+/// dynamic loader runs it with the root's libraries and configuration: the initrd carries
+/// neither, and the program and everything it loads are under the verified root hash.
+fn mkfs_command(root: &Path) -> Command {
+    if root == Path::new("/") {
+        return Command::new(Path::new("/").join(MKFS));
+    }
+    let lib = root.join(LIB_DIR);
+    let mut cmd = Command::new(lib.join(LOADER));
+    cmd.arg("--library-path")
+        .arg(&lib)
+        .arg(root.join(MKFS))
+        .env("MKE2FS_CONFIG", root.join("etc/mke2fs.conf"));
+    cmd
 }
 
 fn luks_error(part: &Partition, source: crate::luks::LuksError) -> StateError {
@@ -178,18 +199,61 @@ mod tests {
         let other = tempfile::tempdir().unwrap();
         assert!(check_size(&partition(other.path(), 32_768 + MIN_DATA_SECTORS)).is_ok());
         // create() checks first: no TPM and no device node are touched.
-        let err = create(&small, &dir.path().join("no-tpm"), Duration::ZERO).unwrap_err();
+        let err = create(
+            &small,
+            dir.path(),
+            &dir.path().join("no-tpm"),
+            Duration::ZERO,
+        )
+        .unwrap_err();
         assert!(matches!(err, StateError::TooSmall { .. }), "{err:?}");
     }
 
     #[test]
     fn mkfs_failures_carry_what_mkfs_said() {
         let dir = tempfile::tempdir().unwrap();
-        match mkfs(&dir.path().join("missing-device")) {
+        match mkfs(Path::new("/"), &dir.path().join("missing-device")) {
             Err(StateError::Mkfs { stderr, status, .. }) => {
                 assert!(!stderr.is_empty() && !status.is_empty());
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    /// The initrd's way: this machine's root stands in for `/sysroot` (Debian, amd64, as the
+    /// image), its mkfs.ext4 run through its loader on a file.
+    #[test]
+    fn the_roots_mkfs_runs_through_its_loader_with_its_configuration() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        for d in ["usr/sbin", "usr/lib", "etc"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        std::os::unix::fs::symlink(Path::new("/").join(LIB_DIR), root.join(LIB_DIR)).unwrap();
+        std::os::unix::fs::symlink(Path::new("/").join(MKFS), root.join(MKFS)).unwrap();
+        // A configuration of its own: the image's adds `encrypt`, so does this one.
+        let conf = std::fs::read_to_string("/etc/mke2fs.conf").unwrap();
+        let conf = conf.replacen("base_features = ", "base_features = encrypt,", 1);
+        std::fs::write(root.join("etc/mke2fs.conf"), conf).unwrap();
+        let image = dir.path().join("fs.img");
+        std::fs::File::create(&image)
+            .unwrap()
+            .set_len(64 << 20)
+            .unwrap();
+        mkfs(&root, &image).unwrap();
+        let out = Command::new("dumpe2fs")
+            .arg("-h")
+            .arg(&image)
+            .output()
+            .unwrap();
+        let header = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            header.contains("Filesystem volume name:   sovereign-state"),
+            "{header}"
+        );
+        assert!(
+            header.contains(" encrypt"),
+            "the root's mke2fs.conf was not used:\n{header}"
+        );
     }
 }
