@@ -83,15 +83,7 @@ pub fn random_uuid(rng: &mut (impl RngCore + CryptoRng)) -> String {
     rng.fill_bytes(&mut b);
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
-    let h = hex::encode(b);
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..]
-    )
+    crate::probe::format_uuid(&b)
 }
 
 /// The data segment every volume made here has: from [`DATA_OFFSET`] to the end of the
