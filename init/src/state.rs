@@ -21,7 +21,7 @@
 //! The initrd does all of this, on the first boot too, for a disk it can name in sysfs (the
 //! command line's `sovereign.state_disk=`); otherwise the root's `sovereign-state.service`
 //! does, with the same code (`sovereign-init open-state`). A partition with no LUKS header at
-//! all ([`is_blank`]: a first boot cut short) gets its volume made again. A partition that does
+//! all ([`format::blank`]: a first boot cut short) gets its volume made again. A partition that does
 //! not open (another image, another TPM, a damaged header) is an error: the node powers off
 //! rather than start without its state, or format over it.
 
@@ -126,6 +126,12 @@ pub enum StateError {
         #[source]
         source: io::Error,
     },
+    /// The partition has no LUKS header at all: its volume is yet to be made.
+    #[error("{device} has no LUKS volume yet")]
+    NoVolume {
+        /// The partition.
+        device: PathBuf,
+    },
     /// The partition has lost its primary LUKS header but keeps a secondary one: a damaged
     /// volume, never formatted over.
     #[error(
@@ -223,20 +229,6 @@ pub fn find() -> Option<Partition> {
     find_partition(Path::new("/sys/class/block"))
 }
 
-/// Unseals, unlocks and maps `part`, and mounts it at `/var/lib/hostd` in `sysroot` (after
-/// [`mount_var`]); returns the dm-crypt device's node. `tpm_device` is the TPM's resource
-/// manager, waited for up to `wait`.
-pub fn open(
-    part: &Partition,
-    sysroot: &Path,
-    tpm_device: &Path,
-    wait: Duration,
-) -> Result<PathBuf, StateError> {
-    let mapped = map(part, tpm_device, wait)?;
-    mount_state(&mapped, sysroot)?;
-    Ok(mapped)
-}
-
 /// The volume's ext4 at `/var/lib/hostd` in `sysroot`: no devices, no set-uid.
 fn mount_state(mapped: &Path, sysroot: &Path) -> Result<(), StateError> {
     mount_at(
@@ -248,34 +240,23 @@ fn mount_state(mapped: &Path, sysroot: &Path) -> Result<(), StateError> {
     )
 }
 
-/// Whether the partition has no LUKS header at all: it was just made, or a first boot stopped
-/// before the volume's header was written ([`open_or_create`] then makes the volume).
-pub fn is_blank(part: &Partition) -> Result<bool, StateError> {
-    let mut dev = std::fs::File::open(&part.node).map_err(|source| StateError::Read {
-        path: part.node.clone(),
-        source,
-    })?;
-    format::blank(&mut dev).map_err(|source| StateError::Luks {
-        device: part.node.clone(),
-        source,
-    })
-}
-
-/// Opens the partition as [`open`] does or, if it is blank, makes the sealed volume on it
-/// first (`create`); mounts it at `/var/lib/hostd` in `root` (`/sysroot` in the initrd, `/`
-/// in the root). Returns the dm-crypt device and whether it was made now.
+/// Opens the partition (unseal, unlock, map) or, when it has no LUKS volume yet, makes the
+/// sealed volume on it (`create`); mounts it at `/var/lib/hostd` in `root` (after
+/// [`mount_var`]; `/sysroot` in the initrd, `/` in the root). Returns the dm-crypt device and
+/// whether it was made now. `tpm_device` is the TPM's resource manager, waited for up to
+/// `wait`.
 pub fn open_or_create(
     part: &Partition,
     root: &Path,
     tpm_device: &Path,
     wait: Duration,
 ) -> Result<(PathBuf, bool), StateError> {
-    if !is_blank(part)? {
-        return open(part, root, tpm_device, wait).map(|mapped| (mapped, false));
-    }
-    let mapped = create::create(part, root, tpm_device, wait)?;
+    let (mapped, created) = match map(part, tpm_device, wait) {
+        Err(StateError::NoVolume { .. }) => (create::create(part, root, tpm_device, wait)?, true),
+        mapped => (mapped?, false),
+    };
     mount_state(&mapped, root)?;
-    Ok((mapped, true))
+    Ok((mapped, created))
 }
 
 /// Mounts `/var` in `sysroot`: memory, as the root's fstab had it, with the state disk's
@@ -353,13 +334,19 @@ fn map(part: &Partition, tpm_device: &Path, wait: Duration) -> Result<PathBuf, S
         path: device.clone(),
         source,
     })?;
-    let header = Header::read(&mut dev).map_err(|e| match e {
-        // Called only on a partition that is not blank: a secondary header remains.
-        LuksError::NotLuks => StateError::Damaged {
-            device: device.clone(),
-        },
-        e => luks(e),
-    })?;
+    let header = match Header::read(&mut dev) {
+        Ok(header) => header,
+        // No primary header: a volume not made yet (no header at all: the first boot, or one
+        // cut short), or one whose primary was lost while a secondary remains.
+        Err(LuksError::NotLuks) => {
+            let device = device.clone();
+            return Err(match format::blank(&mut dev).map_err(luks)? {
+                true => StateError::NoVolume { device },
+                false => StateError::Damaged { device },
+            });
+        }
+        Err(e) => return Err(luks(e)),
+    };
     let token = header
         .systemd_tpm2_token()
         .ok_or_else(|| StateError::NoToken {
