@@ -276,17 +276,22 @@ fn open_state(spec: &RootSpec, say: &dyn Fn(&str)) -> Result<(), InitError> {
     load_modules_from(&sysroot.join("usr/lib/modules"), &state_modules(), say)?;
     let tpm = Path::new(tpm::DEFAULT_DEVICE);
     let (mapped, created) = state::open_or_create(&part, sysroot, tpm, DEVICE_WAIT)?;
+    say(&state_opened(&part.node, &mapped, created));
+    Ok(())
+}
+
+/// What became of the state disk, for the console (initrd) or the journal (root).
+pub fn state_opened(part: &Path, mapped: &Path, created: bool) -> String {
     let how = if created {
-        "made (first boot) and sealed to PCR 11"
+        "made (LUKS2, its passphrase sealed to PCR 11, ext4 inside)"
     } else {
         "unsealed with the TPM"
     };
-    say(&format!(
+    format!(
         "state disk {}: {how}, {} mounted at /var/lib/hostd",
-        part.node.display(),
+        part.display(),
         mapped.display()
-    ));
-    Ok(())
+    )
 }
 
 /// The command line's state disk, when it has no partition yet and the initrd can name it in

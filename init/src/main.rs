@@ -58,15 +58,9 @@ fn pcrphase(phase: &str) -> i32 {
 fn open_state(device: Option<&std::path::Path>) -> i32 {
     match sovereign_init::boot::open_state_in_root(device) {
         Ok((part, mapped, created)) => {
-            let how = if created {
-                "made (LUKS2, its passphrase sealed to PCR 11, ext4 inside)"
-            } else {
-                "unsealed with the TPM"
-            };
             println!(
-                "state disk {}: {how}, {} mounted at /var/lib/hostd",
-                part.display(),
-                mapped.display()
+                "{}",
+                sovereign_init::boot::state_opened(&part, &mapped, created)
             );
             0
         }
