@@ -109,10 +109,7 @@ impl Command {
         response_handles: usize,
     ) -> Result<(Vec<u32>, Vec<u8>), TpmError> {
         let response = t.transact(command)?;
-        let parse = |source| TpmError::Parse {
-            command: self.name,
-            source,
-        };
+        let parse = |source| self.parse_error(source);
         let mut r = Reader::new(&response);
         let tag = r.u16("tag").map_err(parse)?;
         let size = r.u32("responseSize").map_err(parse)?;
@@ -142,6 +139,14 @@ impl Command {
             other => return Err(self.malformed(format!("unknown tag {other:#x}"))),
         };
         Ok((handles, params.to_vec()))
+    }
+
+    /// The response to this command did not parse.
+    pub(crate) fn parse_error(&self, source: attest::tpm::TpmError) -> TpmError {
+        TpmError::Parse {
+            command: self.name,
+            source,
+        }
     }
 
     pub(crate) fn malformed(&self, reason: String) -> TpmError {
@@ -184,16 +189,10 @@ pub fn create_ak<T: Transport + ?Sized>(t: &mut T) -> Result<(u32, Vec<u8>), Tpm
     let (handles, params) = cmd.run(t, 1)?;
     let public = Reader::new(&params)
         .tpm2b("outPublic")
-        .map_err(|source| TpmError::Parse {
-            command: cmd.name,
-            source,
-        })?
+        .map_err(|e| cmd.parse_error(e))?
         .to_vec();
     // The TPM must have made exactly the key the verifier will accept.
-    let checked = AkPublic::parse(&public).map_err(|source| TpmError::Parse {
-        command: cmd.name,
-        source,
-    });
+    let checked = AkPublic::parse(&public).map_err(|e| cmd.parse_error(e));
     match (handles.first(), checked) {
         (Some(&h), Ok(_)) => Ok((h, public)),
         (Some(&h), Err(e)) => {
@@ -235,10 +234,7 @@ pub fn pcr_read<T: Transport + ?Sized>(t: &mut T) -> Result<BTreeMap<u8, [u8; 32
         params: quoted_pcr_selection(),
     };
     let (_, params) = cmd.run(t, 0)?;
-    let parse = |source| TpmError::Parse {
-        command: cmd.name,
-        source,
-    };
+    let parse = |source| cmd.parse_error(source);
     let mut r = Reader::new(&params);
     r.u32("pcrUpdateCounter").map_err(parse)?;
     let selection = parse_pcr_selection(&mut r).map_err(parse)?;
@@ -306,10 +302,7 @@ fn tpm_quote<T: Transport + ?Sized>(
     };
     let (_, params) = cmd.run(t, 0)?;
     let mut r = Reader::new(&params);
-    let attest = r.tpm2b("quoted").map_err(|source| TpmError::Parse {
-        command: cmd.name,
-        source,
-    })?;
+    let attest = r.tpm2b("quoted").map_err(|e| cmd.parse_error(e))?;
     let signature = &params[params.len() - r.remaining()..];
     Ok((attest.to_vec(), signature.to_vec()))
 }

@@ -84,10 +84,7 @@ fn policy_digest<T: Transport + ?Sized>(t: &mut T, session: u32) -> Result<Vec<u
     };
     let (_, params) = cmd.run(t, 0)?;
     let mut r = Reader::new(&params);
-    let digest = r.tpm2b("policyDigest").map_err(|source| TpmError::Parse {
-        command: cmd.name,
-        source,
-    })?;
+    let digest = r.tpm2b("policyDigest").map_err(|e| cmd.parse_error(e))?;
     Ok(digest.to_vec())
 }
 
@@ -114,10 +111,7 @@ fn create_sealed<T: Transport + ?Sized>(
     let result = cmd.run(t, 0);
     cmd.params.zeroize();
     let (_, params) = result?;
-    let parse = |source| TpmError::Parse {
-        command: "TPM2_Create",
-        source,
-    };
+    let parse = |source| cmd.parse_error(source);
     let mut r = Reader::new(&params);
     let mut blob = Vec::new();
     put_tpm2b(&mut blob, r.tpm2b("outPrivate").map_err(parse)?);

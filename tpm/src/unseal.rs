@@ -145,10 +145,7 @@ fn unseal_loaded<T: Transport + ?Sized>(
     let (_, params) = result?;
     let params = Zeroizing::new(params);
     let mut r = Reader::new(&params);
-    let data = r.tpm2b("outData").map_err(|source| TpmError::Parse {
-        command: cmd.name,
-        source,
-    })?;
+    let data = r.tpm2b("outData").map_err(|e| cmd.parse_error(e))?;
     Ok(Secret(Zeroizing::new(data.to_vec())))
 }
 
