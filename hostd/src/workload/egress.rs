@@ -408,17 +408,18 @@ fn set_decl(n: &Names) -> String {
 }
 
 /// The table's static part, re-declared before every lease change (idempotent: base chains
-/// are flushed and refilled in the same transaction). `pools4` holds the node's one pool,
-/// with no `auto-merge`: merged with an adjacent pool (another firewall in the same network
-/// namespace, as the tests have), re-adding the pool failed with EEXIST.
-pub fn base_script(pool: &Ipv4Pool) -> String {
+/// are flushed and refilled in the same transaction). `leases4` holds the live leases'
+/// addresses, whose traffic leaving the node is masqueraded. It holds addresses, not the
+/// pool: an interval set of pools made a node whose pool changed, or a firewall beside
+/// another one's leftover table (the tests'), fail its first lease with "interval overlaps".
+pub fn base_script() -> String {
     let t = format!("inet {TABLE}");
     let h = format!("\"{HOST_IF_PREFIX}*\"");
     format!(
         "add table {t}\n\
          add map {t} out_dispatch {{ type ifname : verdict; }}\n\
          add map {t} in_dispatch {{ type ifname : verdict; }}\n\
-         add set {t} pools4 {{ type ipv4_addr; flags interval; }}\n\
+         add set {t} leases4 {{ type ipv4_addr; }}\n\
          add chain {t} forward {{ type filter hook forward priority filter; policy accept; }}\n\
          add chain {t} input {{ type filter hook input priority filter; policy accept; }}\n\
          add chain {t} postrouting {{ type nat hook postrouting priority srcnat; policy accept; }}\n\
@@ -432,8 +433,7 @@ pub fn base_script(pool: &Ipv4Pool) -> String {
          add rule {t} forward oifname {h} drop\n\
          add rule {t} input iifname {h} ct state established,related accept\n\
          add rule {t} input iifname {h} drop\n\
-         add rule {t} postrouting ip saddr @pools4 oifname != {h} masquerade\n\
-         add element {t} pools4 {{ {pool} }}\n"
+         add rule {t} postrouting ip saddr @leases4 oifname != {h} masquerade\n"
     )
 }
 
@@ -452,7 +452,8 @@ pub fn lease_script(n: &Names, lease_addr: Ipv4Addr) -> String {
          add rule {t} {ci} ip daddr {lease_addr} ct state established,related \
          counter name \"{inn}\" accept\n\
          add element {t} out_dispatch {{ \"{h}\" : jump {co} }}\n\
-         add element {t} in_dispatch {{ \"{h}\" : jump {ci} }}\n",
+         add element {t} in_dispatch {{ \"{h}\" : jump {ci} }}\n\
+         add element {t} leases4 {{ {lease_addr} }}\n",
         out = n.counter_out,
         inn = n.counter_in,
         co = n.chain_out,
@@ -478,9 +479,10 @@ pub fn allow_script(n: &Names, allow: &EgressAllowList) -> String {
     s
 }
 
-/// Deletes a lease's objects. Each is declared first, so the transaction succeeds whether or
-/// not it still exists (nftables 1.0.6 has no `destroy`), which makes `remove` idempotent.
-pub fn remove_script(n: &Names) -> String {
+/// Deletes a lease's objects, and its address from `leases4` where it is known. Each is
+/// declared first, so the transaction succeeds whether or not it still exists (nftables 1.0.6
+/// has no `destroy`), which makes `remove` idempotent.
+pub fn remove_script(n: &Names, lease_addr: Option<Ipv4Addr>) -> String {
     let t = format!("inet {TABLE}");
     let mut s = format!(
         "add table {t}\n\
@@ -511,6 +513,13 @@ pub fn remove_script(n: &Names) -> String {
         out = n.counter_out,
         inn = n.counter_in,
     ));
+    if let Some(a) = lease_addr {
+        s.push_str(&format!(
+            "add set {t} leases4 {{ type ipv4_addr; }}\n\
+             add element {t} leases4 {{ {a} }}\n\
+             delete element {t} leases4 {{ {a} }}\n"
+        ));
+    }
     s
 }
 
@@ -657,6 +666,12 @@ impl NftFirewall {
         Ok(net)
     }
 
+    /// The address of a lease this firewall made or adopted.
+    fn leased_addr(&self, lease: &str) -> Option<Ipv4Addr> {
+        let leases = self.leases.lock().unwrap_or_else(PoisonError::into_inner);
+        leases.get(lease).map(|net| net.lease_addr)
+    }
+
     fn release(&self, lease: &str) {
         let mut leases = self.leases.lock().unwrap_or_else(PoisonError::into_inner);
         leases.remove(lease);
@@ -671,7 +686,7 @@ impl NftFirewall {
         allow: &EgressAllowList,
         made: &mut Made,
     ) -> Result<(), EgressError> {
-        let mut script = base_script(&self.config.pool);
+        let mut script = base_script();
         script.push_str(&lease_script(n, net.lease_addr));
         script.push_str(&allow_script(n, allow));
         nft(&script).await?;
@@ -715,7 +730,7 @@ impl NftFirewall {
     }
 
     /// Undoes what `made` says exists (best effort: the first error is the one reported).
-    async fn undo(&self, lease: &str, n: &Names, made: &Made) {
+    async fn undo(&self, lease: &str, n: &Names, net: &LeaseNetwork, made: &Made) {
         if made.veth {
             if let Err(e) = run("ip", &["link", "del", &n.host_if], None).await {
                 tracing::warn!(lease, error = %report(&e), "rollback: veth not deleted");
@@ -727,7 +742,7 @@ impl NftFirewall {
             }
         }
         if made.rules {
-            if let Err(e) = nft(&remove_script(n)).await {
+            if let Err(e) = nft(&remove_script(n, Some(net.lease_addr))).await {
                 tracing::warn!(lease, error = %report(&e), "rollback: rules not deleted");
             }
         }
@@ -799,7 +814,7 @@ impl Firewall for NftFirewall {
             }
             Err(e) => {
                 tracing::warn!(lease, error = %report(&e), "lease network not created; rolling back");
-                self.undo(lease, &n, &made).await;
+                self.undo(lease, &n, &net, &made).await;
                 self.release(lease);
                 Err(e)
             }
@@ -848,7 +863,8 @@ impl Firewall for NftFirewall {
         if n.netns_path().exists() {
             run("ip", &["netns", "del", &n.netns], None).await?;
         }
-        nft(&remove_script(&n)).await?;
+        let lease_addr = self.leased_addr(lease);
+        nft(&remove_script(&n, lease_addr)).await?;
         self.release(lease);
         tracing::info!(lease, "lease network removed");
         Ok(())

@@ -89,7 +89,7 @@ impl Drop for LeaseGuard {
             .stdin(Stdio::piped())
             .spawn()
             .unwrap();
-        let script = remove_script(&self.0);
+        let script = remove_script(&self.0, None);
         let _ = child.stdin.take().unwrap().write_all(script.as_bytes());
         let _ = child.wait();
     }
@@ -651,6 +651,41 @@ async fn adopt_finds_existing_leases_after_a_restart() {
     );
     second.remove(&a).await.unwrap();
     second.remove(&b).await.unwrap();
+}
+
+/// Whether `addr` is in the set of masqueraded lease addresses.
+fn masqueraded(addr: Ipv4Addr) -> bool {
+    let text = sh("nft", &["list", "set", "inet", TABLE, "leases4"]).1;
+    let addr = addr.to_string();
+    text.split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .any(|w| w == addr)
+}
+
+/// A node whose pool changed, or `hostd dev` after these tests: a firewall whose pool overlaps
+/// the pool of leases already in the table still makes its lease networks, and masquerades
+/// exactly the live leases' addresses.
+#[tokio::test]
+async fn overlapping_pools_share_the_table() {
+    let narrow = Ipv4Pool::new(Ipv4Addr::new(10, 231, 110, 0), 24).unwrap();
+    let wide = Ipv4Pool::new(Ipv4Addr::new(10, 231, 110, 0), 23).unwrap();
+    let config = |pool| FirewallConfig {
+        pool,
+        uplinks: Vec::new(),
+    };
+    let first = NftFirewall::adopt(config(narrow)).await.unwrap();
+    let (a, b) = (unique("narrow"), unique("wide"));
+    let (_ga, _gb) = (LeaseGuard::new(&a), LeaseGuard::new(&b));
+    let net_a = first.create(&a, &allow(&[])).await.unwrap();
+    let second = NftFirewall::adopt(config(wide)).await.unwrap();
+    let net_b = second.create(&b, &allow(&[])).await.unwrap();
+    assert_ne!(net_a.lease_addr, net_b.lease_addr);
+    for net in [&net_a, &net_b] {
+        assert!(masqueraded(net.lease_addr));
+    }
+    first.remove(&a).await.unwrap();
+    assert!(!masqueraded(net_a.lease_addr));
+    second.remove(&b).await.unwrap();
+    assert!(!masqueraded(net_b.lease_addr));
 }
 
 #[tokio::test]
