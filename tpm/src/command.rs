@@ -34,6 +34,21 @@ pub(crate) enum Auth {
     Password,
     /// A policy session, whose policy the TPM checks against the object's.
     Policy(u32),
+    /// A salted session's authorization ([`crate::session::SaltedSession::authorize`]).
+    Hmac {
+        handle: u32,
+        nonce: [u8; 32],
+        attributes: u8,
+        hmac: [u8; 32],
+    },
+}
+
+/// A successful response, split.
+pub(crate) struct Response {
+    pub(crate) handles: Vec<u32>,
+    pub(crate) params: Vec<u8>,
+    /// The authorization area (empty without sessions).
+    pub(crate) auth: Vec<u8>,
 }
 
 /// A command before marshalling.
@@ -50,7 +65,7 @@ impl Command {
     fn marshal(&self) -> Vec<u8> {
         let tag = match self.auth {
             Auth::None => TPM_ST_NO_SESSIONS,
-            Auth::Password | Auth::Policy(_) => TPM_ST_SESSIONS,
+            Auth::Password | Auth::Policy(_) | Auth::Hmac { .. } => TPM_ST_SESSIONS,
         };
         let mut out = Vec::with_capacity(32 + self.params.len());
         out.extend_from_slice(&tag.to_be_bytes());
@@ -59,17 +74,27 @@ impl Command {
         for h in &self.handles {
             out.extend_from_slice(&h.to_be_bytes());
         }
-        let session = match self.auth {
+        // TPMS_AUTH_COMMAND: handle, nonce, attributes, password or HMAC. The password and
+        // unsalted policy sessions have an empty nonce, attributes 0 (a policy session ends
+        // with the command) and an empty password or HMAC (a policy of PCRs alone needs none).
+        let session = match &self.auth {
             Auth::None => None,
-            Auth::Password => Some(TPM_RS_PW),
-            Auth::Policy(handle) => Some(handle),
+            Auth::Password => Some((TPM_RS_PW, &[][..], 0, &[][..])),
+            Auth::Policy(handle) => Some((*handle, &[][..], 0, &[][..])),
+            Auth::Hmac {
+                handle,
+                nonce,
+                attributes,
+                hmac,
+            } => Some((*handle, &nonce[..], *attributes, &hmac[..])),
         };
-        if let Some(handle) = session {
-            // TPMS_AUTH_COMMAND: handle, empty nonce, attributes 0 (a policy session ends
-            // with the command), empty password or HMAC (a policy of PCRs alone needs none).
-            out.extend_from_slice(&9u32.to_be_bytes());
+        if let Some((handle, nonce, attributes, hmac)) = session {
+            let size = 4 + 2 + nonce.len() + 1 + 2 + hmac.len();
+            out.extend_from_slice(&(size as u32).to_be_bytes());
             out.extend_from_slice(&handle.to_be_bytes());
-            out.extend_from_slice(&[0, 0, 0, 0, 0]);
+            put_tpm2b(&mut out, nonce);
+            out.push(attributes);
+            put_tpm2b(&mut out, hmac);
         }
         out.extend_from_slice(&self.params);
         let size = (out.len() as u32).to_be_bytes();
@@ -86,6 +111,17 @@ impl Command {
         t: &mut T,
         response_handles: usize,
     ) -> Result<(Vec<u32>, Vec<u8>), TpmError> {
+        self.exchange(t, response_handles)
+            .map(|r| (r.handles, r.params))
+    }
+
+    /// [`Command::run`], keeping the response's authorization area (TPMS_AUTH_RESPONSE) for a
+    /// salted session to check.
+    pub(crate) fn exchange<T: Transport + ?Sized>(
+        &self,
+        t: &mut T,
+        response_handles: usize,
+    ) -> Result<Response, TpmError> {
         // Wiped when done: a TPM2_Create's command carries the secret it seals.
         let command = zeroize::Zeroizing::new(self.marshal());
         let mut attempt = 0;
@@ -107,7 +143,7 @@ impl Command {
         t: &mut T,
         command: &[u8],
         response_handles: usize,
-    ) -> Result<(Vec<u32>, Vec<u8>), TpmError> {
+    ) -> Result<Response, TpmError> {
         let response = t.transact(command)?;
         let parse = |source| self.parse_error(source);
         let mut r = Reader::new(&response);
@@ -138,7 +174,12 @@ impl Command {
             TPM_ST_NO_SESSIONS => r.take(r.remaining(), "parameters").map_err(parse)?,
             other => return Err(self.malformed(format!("unknown tag {other:#x}"))),
         };
-        Ok((handles, params.to_vec()))
+        let auth = r.take(r.remaining(), "authorization").map_err(parse)?;
+        Ok(Response {
+            handles,
+            params: params.to_vec(),
+            auth: auth.to_vec(),
+        })
     }
 
     /// The response to this command did not parse.

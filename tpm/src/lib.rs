@@ -12,13 +12,18 @@
 //! stores nothing. The operator enrols its public area ([`ak_public`], `hostd tpm-ak`); the
 //! verifier checks quotes with that enrolled key only.
 //!
+//! The image's initrd also seals and unseals its state disk's passphrase to PCR 11 ([`seal`],
+//! [`unseal`]), as systemd does, in sessions salted with the storage key so that the secret
+//! crosses the bus encrypted.
+//!
 //! Commands are marshalled by hand — this is protocol framing; the cryptography happens inside
-//! the TPM and, on the verifier's side, in `attest` (RustCrypto's p256). Responses are read
-//! with `attest::tpm`'s bounds-checked reader. Every call is blocking: async callers run it on
-//! a blocking thread.
+//! the TPM, in RustCrypto's crates for the sessions (P-256 ECDH, HMAC-SHA-256, AES-128-CFB)
+//! and, on the verifier's side, in `attest`. Responses are read with `attest::tpm`'s
+//! bounds-checked reader. Every call is blocking: async callers run it on a blocking thread.
 
 mod command;
 pub mod seal;
+mod session;
 #[cfg(feature = "swtpm")]
 pub mod swtpm;
 mod transport;
@@ -82,6 +87,16 @@ pub enum TpmError {
     /// A sealed object's blob is not a TPM2B_PRIVATE followed by a TPM2B_PUBLIC.
     #[error("the sealed object is malformed")]
     SealedObject(#[source] attest::tpm::TpmError),
+    /// A salted session's response does not carry the HMAC its contents and nonces give:
+    /// altered between the TPM and this client, or not from the TPM the session was made with.
+    #[error("{command}: the response's HMAC does not verify")]
+    ResponseHmac {
+        /// The command.
+        command: &'static str,
+    },
+    /// The operating system's random generator failed (`None`: it gave no valid P-256 key).
+    #[error("the random generator failed")]
+    Random(#[source] Option<rand_core::Error>),
     /// PCRs kept changing between the quote and reading their values.
     #[error("PCRs changed during each of {attempts} quote attempts")]
     PcrsChanging {

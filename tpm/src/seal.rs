@@ -8,13 +8,16 @@
 //!    a policy session whose PCRs match releases it, and only this TPM can load it.
 //!
 //! The returned blob (TPM2B_PRIVATE then TPM2B_PUBLIC) and policy digest are the
-//! `systemd-tpm2` token's `tpm2-blob` and `tpm2-policy-hash`. As with unsealing, the session
-//! is not salted: the secret crosses the CPU–TPM bus in the clear once, at sealing.
+//! `systemd-tpm2` token's `tpm2-blob` and `tpm2-policy-hash`. As with unsealing, TPM2_Create
+//! is authorized in a session salted with the storage key and its first parameter, which
+//! holds the secret, is encrypted ([`crate::session`]): the secret crosses the CPU–TPM bus as
+//! ciphertext (in the clear only under an RSA storage key, as [`crate::unseal`] says).
 
 use crate::command::{create_params, flush_context, Auth, Command};
+use crate::session::{SaltedSession, DECRYPT};
 use crate::transport::Transport;
 use crate::unseal::{
-    create_storage_key, pcr_bank, pcr_selection, policy_pcr, start_session, PrimaryAlg,
+    create_storage_key, pcr_bank, pcr_selection, policy_pcr, start_session, PrimaryAlg, StorageKey,
 };
 use crate::TpmError;
 use attest::tpm::{put_tpm2b, Reader, TPM_ALG_NULL, TPM_ALG_SHA256};
@@ -22,6 +25,7 @@ use zeroize::Zeroize;
 
 const TPM_CC_CREATE: u32 = 0x0000_0153;
 const TPM_CC_POLICY_GET_DIGEST: u32 = 0x0000_0189;
+const TPM_SE_HMAC: u8 = 0x00;
 const TPM_SE_TRIAL: u8 = 0x03;
 const TPM_ALG_KEYEDHASH: u16 = 0x0008;
 /// fixedTPM | fixedParent, as systemd's sealed objects have: no userWithAuth, so the object's
@@ -57,8 +61,8 @@ pub fn seal<T: Transport + ?Sized>(
     let selection = pcr_selection(pcr_bank(bank)?, pcrs)?;
     let policy_hash = trial_policy(t, &selection)?;
     let primary = create_storage_key(t, alg)?;
-    let created = create_sealed(t, primary, secret, &policy_hash);
-    let flushed = flush_context(t, primary);
+    let created = create_sealed(t, &primary, secret, &policy_hash);
+    let flushed = flush_context(t, primary.handle);
     let blob = created?;
     flushed?;
     Ok(Sealed { blob, policy_hash })
@@ -88,10 +92,11 @@ fn policy_digest<T: Transport + ?Sized>(t: &mut T, session: u32) -> Result<Vec<u
     Ok(digest.to_vec())
 }
 
-/// TPM2_Create of the keyed-hash object under `parent`; returns the token's blob.
+/// TPM2_Create of the keyed-hash object under `parent`; returns the token's blob. The
+/// command (its secret) is wiped once sent.
 fn create_sealed<T: Transport + ?Sized>(
     t: &mut T,
-    parent: u32,
+    parent: &StorageKey,
     secret: &[u8],
     policy: &[u8],
 ) -> Result<Vec<u8>, TpmError> {
@@ -104,19 +109,51 @@ fn create_sealed<T: Transport + ?Sized>(
     let mut cmd = Command {
         name: "TPM2_Create",
         code: TPM_CC_CREATE,
-        handles: vec![parent],
+        handles: vec![parent.handle],
         auth: Auth::Password,
         params: create_params(secret, &public),
     };
-    let result = cmd.run(t, 0);
+    let result = match &parent.point {
+        Some(point) => create_encrypted(t, parent, point, &mut cmd),
+        None => cmd.run(t, 0).map(|(_, params)| params),
+    };
     cmd.params.zeroize();
-    let (_, params) = result?;
+    let params = result?;
     let parse = |source| cmd.parse_error(source);
     let mut r = Reader::new(&params);
     let mut blob = Vec::new();
     put_tpm2b(&mut blob, r.tpm2b("outPrivate").map_err(parse)?);
     put_tpm2b(&mut blob, r.tpm2b("outPublic").map_err(parse)?);
     Ok(blob)
+}
+
+/// Runs `cmd` (TPM2_Create) in an HMAC session salted with the storage key, its first
+/// parameter encrypted; checks the response's HMAC and returns its parameters.
+fn create_encrypted<T: Transport + ?Sized>(
+    t: &mut T,
+    parent: &StorageKey,
+    point: &crate::session::EccPoint,
+    cmd: &mut Command,
+) -> Result<Vec<u8>, TpmError> {
+    let mut session = SaltedSession::start(t, parent.handle, point, TPM_SE_HMAC)?;
+    let authorized = session.authorize(cmd.code, &[&parent.name], &mut cmd.params, DECRYPT);
+    let response = match authorized {
+        Ok(auth) => {
+            cmd.auth = auth;
+            cmd.exchange(t, 0)
+        }
+        Err(e) => Err(e),
+    };
+    let response = match response {
+        Ok(response) => response,
+        Err(e) => {
+            // A failed command leaves the session loaded.
+            let _ = flush_context(t, session.handle);
+            return Err(e);
+        }
+    };
+    session.check_response(cmd, &response.params, &response.auth)?;
+    Ok(response.params)
 }
 
 #[cfg(test)]

@@ -13,12 +13,15 @@
 //! 4. TPM2_Unseal under that session: the TPM releases the secret only if the PCRs hold the
 //!    values the object was sealed to (its authPolicy).
 //!
-//! systemd also encrypts the unsealed secret on its way from the TPM (a session salted with
-//! the storage key). This client does not: the secret crosses the bus between CPU and TPM in
-//! the clear, readable by someone with a probe on a discrete TPM's bus (firmware TPMs have no
-//! such bus). docs/image.md says so.
+//! As systemd does, the policy session is salted with the storage key and TPM2_Unseal's
+//! response is encrypted ([`crate::session`]): the secret crosses the bus between CPU and TPM
+//! as ciphertext, and a response altered on the way is refused (its HMAC does not verify).
+//! With an RSA storage key (TPMs without ECC, which the PC Client profile requires) the
+//! session is not salted and the secret crosses in the clear; this client does not implement
+//! RSA-OAEP salting.
 
 use crate::command::{create_primary, flush_context, Auth, Command};
+use crate::session::{ecc_point, EccPoint, SaltedSession, ENCRYPT};
 use crate::transport::Transport;
 use crate::TpmError;
 use attest::tpm::{put_tpm2b, Reader, TPM_ALG_NULL, TPM_ALG_SHA256};
@@ -107,20 +110,83 @@ pub fn unseal<T: Transport + ?Sized>(t: &mut T, object: &SealedObject) -> Result
         None => create_storage_key(t, PrimaryAlg::Ecc)
             .or_else(|_| create_storage_key(t, PrimaryAlg::Rsa))?,
     };
-    let loaded = load(t, primary, object.blob);
-    let flushed = flush_context(t, primary);
-    let item = loaded?;
+    let secret = unseal_under(t, &primary, object.blob, &selection);
+    let flushed = flush_context(t, primary.handle);
+    let secret = secret?;
     flushed?;
-    let secret = unseal_loaded(t, item, &selection);
+    Ok(secret)
+}
+
+/// Loads the sealed object under `primary` and unseals it; flushes it again.
+fn unseal_under<T: Transport + ?Sized>(
+    t: &mut T,
+    primary: &StorageKey,
+    blob: &[u8],
+    selection: &[u8],
+) -> Result<Secret, TpmError> {
+    let (item, name) = load(t, primary.handle, blob)?;
+    let secret = match &primary.point {
+        Some(point) => unseal_encrypted(t, primary.handle, point, item, &name, selection),
+        None => unseal_in_clear(t, item, selection),
+    };
     let flushed = flush_context(t, item);
     let secret = secret?;
     flushed?;
     Ok(secret)
 }
 
-/// A policy session satisfied by the PCRs, then TPM2_Unseal of `item` under it. The session
+/// A policy session salted with the storage key at `primary` and satisfied by the PCRs, then
+/// TPM2_Unseal of `item` (named `name`) under it with its response encrypted. The session
 /// ends with the command; on an earlier failure it is flushed here.
-fn unseal_loaded<T: Transport + ?Sized>(
+fn unseal_encrypted<T: Transport + ?Sized>(
+    t: &mut T,
+    primary: u32,
+    point: &EccPoint,
+    item: u32,
+    name: &[u8],
+    selection: &[u8],
+) -> Result<Secret, TpmError> {
+    let mut session = SaltedSession::start(t, primary, point, TPM_SE_POLICY)?;
+    let secret = policy_pcr(t, session.handle, selection)
+        .and_then(|()| unseal_in(t, &mut session, item, name));
+    if secret.is_err() {
+        // A failed command leaves the session loaded (a flush of a closed one fails harmlessly).
+        let _ = flush_context(t, session.handle);
+    }
+    secret
+}
+
+/// TPM2_Unseal in the salted `session`: the response's HMAC is checked, then its one
+/// parameter decrypted.
+fn unseal_in<T: Transport + ?Sized>(
+    t: &mut T,
+    session: &mut SaltedSession,
+    item: u32,
+    name: &[u8],
+) -> Result<Secret, TpmError> {
+    let auth = session.authorize(TPM_CC_UNSEAL, &[name], &mut [], ENCRYPT)?;
+    let cmd = Command {
+        name: "TPM2_Unseal",
+        code: TPM_CC_UNSEAL,
+        handles: vec![item],
+        auth,
+        params: Vec::new(),
+    };
+    let response = cmd.exchange(t, 0)?;
+    let echoed = session.check_response(&cmd, &response.params, &response.auth)?;
+    if echoed & ENCRYPT == 0 {
+        return Err(cmd.malformed("the response is not encrypted".into()));
+    }
+    let mut r = Reader::new(&response.params);
+    let mut data = Zeroizing::new(r.tpm2b("outData").map_err(|e| cmd.parse_error(e))?.to_vec());
+    session.decrypt_response(&mut data);
+    Ok(Secret(data))
+}
+
+/// An unsalted policy session satisfied by the PCRs, then TPM2_Unseal of `item` under it, its
+/// response in the clear (an RSA storage key). The session ends with the command; on an
+/// earlier failure it is flushed here.
+fn unseal_in_clear<T: Transport + ?Sized>(
     t: &mut T,
     item: u32,
     selection: &[u8],
@@ -219,17 +285,56 @@ fn storage_key_template(alg: PrimaryAlg) -> Vec<u8> {
     p
 }
 
-/// TPM2_CreatePrimary of the storage key in the owner hierarchy; returns its handle.
+/// A storage key loaded from systemd's template.
+pub(crate) struct StorageKey {
+    pub(crate) handle: u32,
+    /// Its public point, which salts sessions (`None`: an RSA key).
+    pub(crate) point: Option<EccPoint>,
+    /// Its Name (nameAlg ‖ digest of its public area), which a command's cpHash covers.
+    pub(crate) name: Vec<u8>,
+}
+
+/// TPM2_CreatePrimary of the storage key in the owner hierarchy.
 pub(crate) fn create_storage_key<T: Transport + ?Sized>(
     t: &mut T,
     alg: PrimaryAlg,
-) -> Result<u32, TpmError> {
+) -> Result<StorageKey, TpmError> {
     let cmd = create_primary(TPM_RH_OWNER, &storage_key_template(alg));
-    first_handle(&cmd, cmd.run(t, 1)?.0)
+    let (handles, params) = cmd.run(t, 1)?;
+    let handle = first_handle(&cmd, handles)?;
+    match storage_key_public(&params) {
+        Ok((point, name)) => Ok(StorageKey {
+            handle,
+            point,
+            name,
+        }),
+        Err(e) => {
+            let _ = flush_context(t, handle);
+            Err(cmd.parse_error(e))
+        }
+    }
 }
 
-/// TPM2_Load of a sealed object under `parent`; returns its handle.
-fn load<T: Transport + ?Sized>(t: &mut T, parent: u32, blob: &[u8]) -> Result<u32, TpmError> {
+/// TPM2_CreatePrimary's outPublic (its point) and name; the creation data and ticket between
+/// them are skipped (Part 3, §24.1).
+fn storage_key_public(params: &[u8]) -> Result<(Option<EccPoint>, Vec<u8>), attest::tpm::TpmError> {
+    let mut r = Reader::new(params);
+    let point = ecc_point(r.tpm2b("outPublic")?)?;
+    r.tpm2b("creationData")?;
+    r.tpm2b("creationHash")?;
+    r.u16("creationTicket.tag")?;
+    r.u32("creationTicket.hierarchy")?;
+    r.tpm2b("creationTicket.digest")?;
+    let name = r.tpm2b("name")?.to_vec();
+    Ok((point, name))
+}
+
+/// TPM2_Load of a sealed object under `parent`; returns its handle and Name.
+fn load<T: Transport + ?Sized>(
+    t: &mut T,
+    parent: u32,
+    blob: &[u8],
+) -> Result<(u32, Vec<u8>), TpmError> {
     let cmd = Command {
         name: "TPM2_Load",
         code: TPM_CC_LOAD,
@@ -237,7 +342,15 @@ fn load<T: Transport + ?Sized>(t: &mut T, parent: u32, blob: &[u8]) -> Result<u3
         auth: Auth::Password,
         params: blob.to_vec(),
     };
-    first_handle(&cmd, cmd.run(t, 1)?.0)
+    let (handles, params) = cmd.run(t, 1)?;
+    let handle = first_handle(&cmd, handles)?;
+    match Reader::new(&params).tpm2b("name") {
+        Ok(name) => Ok((handle, name.to_vec())),
+        Err(e) => {
+            let _ = flush_context(t, handle);
+            Err(cmd.parse_error(e))
+        }
+    }
 }
 
 /// TPM2_StartAuthSession of an unsalted, unbound policy session with SHA-256.

@@ -1,0 +1,311 @@
+//! Salted sessions with parameter encryption (TPM 2.0 Library, Part 1, §19.6 and §21), so that
+//! a secret crossing the bus between CPU and TPM is ciphertext: the passphrase TPM2_Unseal
+//! returns (response encryption) and the one TPM2_Create seals (command encryption).
+//!
+//! The session is salted with the storage key the objects live under, which is what
+//! systemd 252 does (`tpm2_make_encryption_session`):
+//! - the caller makes an ephemeral P-256 key, and sends its public point as the encrypted
+//!   salt; the TPM does ECDH with the storage key's private half, so both sides derive
+//!   `salt = KDFe(SHA-256, Z, "SECRET", ephemeral.x, storage.x)` (Part 1, §11.4.10.3 and
+//!   Annex C.6.1) and no one on the bus can;
+//! - `sessionKey = KDFa(SHA-256, salt, "ATH", nonceTPM, nonceCaller)` (the session is bound
+//!   to no object, so the key is the salt alone);
+//! - each command authorized in the session carries an HMAC over its cpHash and the nonces,
+//!   and each response one over its rpHash, which is checked: a response altered on the bus
+//!   is an error, never a secret;
+//! - the first parameter's bytes (a TPM2B's contents) are encrypted with AES-128-CFB keyed by
+//!   `KDFa(SHA-256, sessionKey, "CFB", nonceNewer, nonceOlder)` (Part 1, §21.4).
+//!
+//! The objects authorized here have empty authorization values, so "sessionKey || authValue"
+//! is the session key throughout.
+
+use crate::command::{Auth, Command};
+use crate::transport::Transport;
+use crate::TpmError;
+use attest::tpm::{put_tpm2b, Reader, TPM_ALG_NULL, TPM_ALG_SHA256};
+use cfb_mode::cipher::KeyIvInit;
+use hmac::{KeyInit, Mac};
+use rand_core::{OsRng, RngCore};
+use sha2_011::{Digest, Sha256};
+use zeroize::Zeroizing;
+
+type HmacSha256 = hmac::Hmac<Sha256>;
+type Aes128CfbEnc = cfb_mode::Encryptor<aes::Aes128>;
+type Aes128CfbDec = cfb_mode::Decryptor<aes::Aes128>;
+
+const TPM_CC_START_AUTH_SESSION: u32 = 0x0000_0176;
+const TPM_RH_NULL: u32 = 0x4000_0007;
+const TPM_ALG_AES: u16 = 0x0006;
+const TPM_ALG_CFB: u16 = 0x0043;
+/// A session attribute: the command's first parameter is encrypted.
+pub(crate) const DECRYPT: u8 = 0x20;
+/// A session attribute: the response's first parameter is encrypted.
+pub(crate) const ENCRYPT: u8 = 0x40;
+/// SHA-256's size, the session's hash: nonces, salt and session key are this long.
+const DIGEST: usize = 32;
+
+/// A P-256 public point (TPMS_ECC_POINT), as the storage key's public area holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct EccPoint {
+    pub(crate) x: Vec<u8>,
+    pub(crate) y: Vec<u8>,
+}
+
+/// An open salted session: its handle, key and the TPM's latest nonce.
+pub(crate) struct SaltedSession {
+    pub(crate) handle: u32,
+    key: Zeroizing<[u8; DIGEST]>,
+    nonce_tpm: Vec<u8>,
+    /// The nonce of the command last authorized, which its response's HMAC covers.
+    nonce_caller: [u8; DIGEST],
+}
+
+impl SaltedSession {
+    /// TPM2_StartAuthSession of a `kind` session (policy, HMAC) salted with the ECC key loaded
+    /// at `tpm_key`, whose public point is `point`; AES-128-CFB, SHA-256.
+    pub(crate) fn start<T: Transport + ?Sized>(
+        t: &mut T,
+        tpm_key: u32,
+        point: &EccPoint,
+        kind: u8,
+    ) -> Result<SaltedSession, TpmError> {
+        let (ephemeral, salt) = ecdh_salt(point)?;
+        let nonce_caller = random_nonce()?;
+        let mut params = Vec::new();
+        put_tpm2b(&mut params, &nonce_caller);
+        let mut encrypted_salt = Vec::new();
+        put_tpm2b(&mut encrypted_salt, &ephemeral.x);
+        put_tpm2b(&mut encrypted_salt, &ephemeral.y);
+        put_tpm2b(&mut params, &encrypted_salt);
+        params.push(kind);
+        for v in [TPM_ALG_AES, 128, TPM_ALG_CFB, TPM_ALG_SHA256] {
+            params.extend_from_slice(&v.to_be_bytes()); // symmetric, then authHash
+        }
+        let cmd = Command {
+            name: "TPM2_StartAuthSession",
+            code: TPM_CC_START_AUTH_SESSION,
+            handles: vec![tpm_key, TPM_RH_NULL],
+            auth: Auth::None,
+            params,
+        };
+        let (handles, params) = cmd.run(t, 1)?;
+        let handle = *handles
+            .first()
+            .ok_or_else(|| cmd.malformed("no handle".into()))?;
+        let nonce_tpm = Reader::new(&params)
+            .tpm2b("nonceTPM")
+            .map_err(|e| cmd.parse_error(e))?
+            .to_vec();
+        let key = kdfa(&salt[..], b"ATH", &nonce_tpm, &nonce_caller);
+        Ok(SaltedSession {
+            handle,
+            key,
+            nonce_tpm,
+            nonce_caller,
+        })
+    }
+
+    /// The authorization of command `code` on handles named `names` with `params`, under
+    /// `attributes`; takes a fresh caller nonce. With [`DECRYPT`], the first parameter's
+    /// contents (a TPM2B's bytes) are encrypted in `params` first: the HMAC covers the
+    /// ciphertext, as the TPM computes it.
+    pub(crate) fn authorize(
+        &mut self,
+        code: u32,
+        names: &[&[u8]],
+        params: &mut [u8],
+        attributes: u8,
+    ) -> Result<Auth, TpmError> {
+        self.nonce_caller = random_nonce()?;
+        if attributes & DECRYPT != 0 {
+            let (key, iv) = self.cfb(&self.nonce_caller, &self.nonce_tpm);
+            Aes128CfbEnc::new(&key.into(), &iv.into()).encrypt(first_tpm2b(params));
+        }
+        let mut cp = Sha256::new();
+        cp.update(code.to_be_bytes());
+        for name in names {
+            cp.update(name);
+        }
+        cp.update(&*params);
+        let cp_hash = cp.finalize();
+        let hmac = self.hmac(&[
+            &cp_hash[..],
+            &self.nonce_caller,
+            &self.nonce_tpm,
+            &[attributes],
+        ]);
+        Ok(Auth::Hmac {
+            handle: self.handle,
+            nonce: self.nonce_caller,
+            attributes,
+            hmac,
+        })
+    }
+
+    /// Checks the response's authorization (TPMS_AUTH_RESPONSE) against its rpHash and takes
+    /// the TPM's new nonce; returns the attributes the TPM echoed.
+    pub(crate) fn check_response(
+        &mut self,
+        cmd: &Command,
+        params: &[u8],
+        auth: &[u8],
+    ) -> Result<u8, TpmError> {
+        let mut r = Reader::new(auth);
+        let parse = |e| cmd.parse_error(e);
+        let nonce_tpm = r.tpm2b("nonceTPM").map_err(parse)?.to_vec();
+        let attributes = r.u8("sessionAttributes").map_err(parse)?;
+        let hmac = r.tpm2b("hmac").map_err(parse)?;
+        let mut rp = Sha256::new();
+        rp.update(0u32.to_be_bytes()); // responseCode: success
+        rp.update(cmd.code.to_be_bytes());
+        rp.update(params);
+        let rp_hash = rp.finalize();
+        let mut mac = self.mac();
+        for part in [&rp_hash[..], &nonce_tpm, &self.nonce_caller, &[attributes]] {
+            mac.update(part);
+        }
+        mac.verify_slice(hmac)
+            .map_err(|_| TpmError::ResponseHmac { command: cmd.name })?;
+        self.nonce_tpm = nonce_tpm;
+        Ok(attributes)
+    }
+
+    /// Decrypts a response's first parameter (a TPM2B's contents) in place; call after
+    /// [`SaltedSession::check_response`], which takes the response's nonce.
+    pub(crate) fn decrypt_response(&self, data: &mut [u8]) {
+        let (key, iv) = self.cfb(&self.nonce_tpm, &self.nonce_caller);
+        Aes128CfbDec::new(&key.into(), &iv.into()).decrypt(data);
+    }
+
+    /// AES-128 key and IV from KDFa(sessionKey, "CFB", nonceNewer, nonceOlder).
+    fn cfb(&self, newer: &[u8], older: &[u8]) -> ([u8; 16], [u8; 16]) {
+        let bits = kdfa(&self.key[..], b"CFB", newer, older);
+        let mut key = [0; 16];
+        let mut iv = [0; 16];
+        key.copy_from_slice(&bits[..16]);
+        iv.copy_from_slice(&bits[16..]);
+        (key, iv)
+    }
+
+    fn mac(&self) -> HmacSha256 {
+        // HMAC takes a key of any length: this cannot fail.
+        <HmacSha256 as KeyInit>::new_from_slice(&self.key[..])
+            .unwrap_or_else(|_| unreachable!("HMAC accepts any key length"))
+    }
+
+    fn hmac(&self, parts: &[&[u8]]) -> [u8; DIGEST] {
+        let mut mac = self.mac();
+        for part in parts {
+            mac.update(part);
+        }
+        mac.finalize().into_bytes().into()
+    }
+}
+
+/// The contents of the TPM2B that `params` starts with (all that follows its size field, if
+/// the size claims more than there is: the TPM then rejects the command's size).
+fn first_tpm2b(params: &mut [u8]) -> &mut [u8] {
+    let size = match params {
+        [hi, lo, ..] => usize::from(u16::from_be_bytes([*hi, *lo])),
+        _ => 0,
+    };
+    let end = (2 + size).min(params.len());
+    params.get_mut(2..end).unwrap_or_default()
+}
+
+/// SP 800-108 counter-mode KDF with HMAC-SHA-256, as the TPM's KDFa (Part 1, §11.4.10.2),
+/// for 256 bits: HMAC(key, [1]₃₂ ‖ label ‖ 0 ‖ contextU ‖ contextV ‖ [256]₃₂).
+pub(crate) fn kdfa(key: &[u8], label: &[u8], u: &[u8], v: &[u8]) -> Zeroizing<[u8; DIGEST]> {
+    let mut mac = <HmacSha256 as KeyInit>::new_from_slice(key)
+        .unwrap_or_else(|_| unreachable!("HMAC accepts any key length"));
+    mac.update(&1u32.to_be_bytes());
+    mac.update(label);
+    mac.update(&[0]);
+    mac.update(u);
+    mac.update(v);
+    mac.update(&((DIGEST * 8) as u32).to_be_bytes());
+    Zeroizing::new(mac.finalize().into_bytes().into())
+}
+
+/// SP 800-56A concatenation KDF with SHA-256, as the TPM's KDFe (Part 1, §11.4.10.3), for
+/// 256 bits: SHA-256([1]₃₂ ‖ Z ‖ use ‖ 0 ‖ partyU ‖ partyV).
+pub(crate) fn kdfe(z: &[u8], usage: &[u8], u: &[u8], v: &[u8]) -> Zeroizing<[u8; DIGEST]> {
+    let mut h = Sha256::new();
+    h.update(1u32.to_be_bytes());
+    h.update(z);
+    h.update(usage);
+    h.update([0]);
+    h.update(u);
+    h.update(v);
+    Zeroizing::new(h.finalize().into())
+}
+
+/// An ephemeral P-256 key's public point and the salt its ECDH with `tpm_key` gives.
+fn ecdh_salt(tpm_key: &EccPoint) -> Result<(EccPoint, Zeroizing<[u8; DIGEST]>), TpmError> {
+    let mut sec1 = vec![0x04];
+    sec1.extend_from_slice(&tpm_key.x);
+    sec1.extend_from_slice(&tpm_key.y);
+    let theirs = p256::PublicKey::from_sec1_bytes(&sec1).map_err(|_| TpmError::Malformed {
+        command: "TPM2_CreatePrimary",
+        reason: "the storage key's public point is not on P-256".into(),
+    })?;
+    let ours = ephemeral_key()?;
+    let z = ours.diffie_hellman(&theirs);
+    let public = ours.public_key().to_sec1_bytes();
+    // Uncompressed SEC1: 0x04 ‖ x ‖ y, 32 bytes each.
+    let ephemeral = EccPoint {
+        x: public[1..33].to_vec(),
+        y: public[33..65].to_vec(),
+    };
+    let salt = kdfe(z.raw_secret_bytes(), b"SECRET", &ephemeral.x, &tpm_key.x);
+    Ok((ephemeral, salt))
+}
+
+/// A random P-256 private key (a random 32-byte string is a valid scalar but for a chance of
+/// about 2⁻³²; a few draws are allowed).
+fn ephemeral_key() -> Result<p256::SecretKey, TpmError> {
+    for _ in 0..4 {
+        let bytes = Zeroizing::new(random_nonce()?);
+        if let Ok(key) = p256::SecretKey::from_slice(&bytes[..]) {
+            return Ok(key);
+        }
+    }
+    Err(TpmError::Random(None))
+}
+
+fn random_nonce() -> Result<[u8; DIGEST], TpmError> {
+    let mut nonce = [0; DIGEST];
+    OsRng
+        .try_fill_bytes(&mut nonce)
+        .map_err(|e| TpmError::Random(Some(e)))?;
+    Ok(nonce)
+}
+
+/// The public point of an ECC key's TPMT_PUBLIC (Part 2, §12.2.4), `None` for another type.
+pub(crate) fn ecc_point(public: &[u8]) -> Result<Option<EccPoint>, attest::tpm::TpmError> {
+    const TPM_ALG_ECC: u16 = 0x0023;
+    let mut r = Reader::new(public);
+    if r.u16("type")? != TPM_ALG_ECC {
+        return Ok(None);
+    }
+    r.u16("nameAlg")?;
+    r.u32("objectAttributes")?;
+    r.tpm2b("authPolicy")?;
+    if r.u16("symmetric")? != TPM_ALG_NULL {
+        r.u16("keyBits")?;
+        r.u16("mode")?;
+    }
+    for what in ["scheme", "curveID", "kdf"] {
+        let alg = r.u16(what)?;
+        if what != "curveID" && alg != TPM_ALG_NULL {
+            r.u16("hashAlg")?;
+        }
+    }
+    let x = r.tpm2b("unique.x")?.to_vec();
+    let y = r.tpm2b("unique.y")?.to_vec();
+    r.finish("TPMT_PUBLIC")?;
+    Ok(Some(EccPoint { x, y }))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,86 @@
+//! The KDFs against values computed apart from this code (Python's `hmac` and `hashlib` over
+//! the formulas of Part 1, §11.4.10), and the public-area parser. That the TPM derives the
+//! same keys is what the swtpm tests of `seal` and `unseal` show: a wrong salt or session key
+//! fails the command's HMAC there.
+
+use super::*;
+
+#[test]
+fn kdfa_is_the_counter_mode_hmac_of_part_1() {
+    let key: Vec<u8> = (0..32).collect();
+    let out = kdfa(&key, b"ATH", &[0xaa; 32], &[0xbb; 16]);
+    assert_eq!(
+        hex::encode(&out[..]),
+        "ee3e2094530c3664d14c49fbbd4834a194be38f2e3935e6bd8198a66e911dfd3"
+    );
+}
+
+#[test]
+fn kdfe_is_the_concatenation_kdf_of_part_1() {
+    let out = kdfe(&[0x11; 32], b"SECRET", &[0x22; 32], &[0x33; 32]);
+    assert_eq!(
+        hex::encode(&out[..]),
+        "99a86499d6542b6d5aaece21270df5f68372917b988146068ee79daeebe28427"
+    );
+}
+
+fn ecc_public(symmetric: bool, x: &[u8], y: &[u8]) -> Vec<u8> {
+    let mut p = Vec::new();
+    for v in [0x0023u16, 0x000b] {
+        p.extend_from_slice(&v.to_be_bytes()); // type ECC, nameAlg SHA-256
+    }
+    p.extend_from_slice(&0x0003_0072u32.to_be_bytes());
+    put_tpm2b(&mut p, &[]);
+    if symmetric {
+        for v in [0x0006u16, 128, 0x0043] {
+            p.extend_from_slice(&v.to_be_bytes());
+        }
+    } else {
+        p.extend_from_slice(&TPM_ALG_NULL.to_be_bytes());
+    }
+    for v in [TPM_ALG_NULL, 0x0003, TPM_ALG_NULL] {
+        p.extend_from_slice(&v.to_be_bytes()); // scheme, curveID, kdf
+    }
+    put_tpm2b(&mut p, x);
+    put_tpm2b(&mut p, y);
+    p
+}
+
+#[test]
+fn the_point_is_read_from_an_ecc_public_area_and_nothing_else() {
+    let p = ecc_public(true, &[1; 32], &[2; 32]);
+    assert_eq!(
+        ecc_point(&p).unwrap(),
+        Some(EccPoint {
+            x: vec![1; 32],
+            y: vec![2; 32]
+        })
+    );
+    let unrestricted = ecc_public(false, &[3; 32], &[4; 32]);
+    assert_eq!(ecc_point(&unrestricted).unwrap().unwrap().y, vec![4; 32]);
+    // An RSA area has no point; a truncated or padded one is an error, not a point.
+    assert_eq!(ecc_point(&[0x00, 0x01, 0, 0x0b]).unwrap(), None);
+    assert!(ecc_point(&p[..p.len() - 1]).is_err());
+    let mut padded = p.clone();
+    padded.push(0);
+    assert!(ecc_point(&padded).is_err());
+}
+
+#[test]
+fn a_point_off_the_curve_salts_nothing() {
+    let point = EccPoint {
+        x: vec![1; 32],
+        y: vec![2; 32],
+    };
+    assert!(matches!(ecdh_salt(&point), Err(TpmError::Malformed { .. })));
+}
+
+#[test]
+fn only_the_first_parameters_contents_are_encrypted() {
+    let mut params = vec![0, 3, 1, 2, 3, 9, 9];
+    assert_eq!(first_tpm2b(&mut params), &mut [1, 2, 3][..]);
+    // A size beyond the buffer covers what there is; a buffer too short for a size, nothing.
+    let mut short = vec![0, 9, 1];
+    assert_eq!(first_tpm2b(&mut short), &mut [1][..]);
+    assert!(first_tpm2b(&mut [0]).is_empty());
+}
