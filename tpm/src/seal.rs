@@ -10,7 +10,7 @@
 //! The returned blob (TPM2B_PRIVATE then TPM2B_PUBLIC) and policy digest are the
 //! `systemd-tpm2` token's `tpm2-blob` and `tpm2-policy-hash`. As with unsealing, TPM2_Create
 //! is authorized in a session salted with the storage key and its first parameter, which
-//! holds the secret, is encrypted ([`crate::session`]): the secret crosses the CPU–TPM bus as
+//! holds the secret, is encrypted (the crate's `session` module): the secret crosses the CPU–TPM bus as
 //! ciphertext (in the clear only under an RSA storage key, as [`crate::unseal`] says).
 
 use crate::command::{create_params, flush_context, Auth, Command};

@@ -14,7 +14,7 @@
 //!    values the object was sealed to (its authPolicy).
 //!
 //! As systemd does, the policy session is salted with the storage key and TPM2_Unseal's
-//! response is encrypted ([`crate::session`]): the secret crosses the bus between CPU and TPM
+//! response is encrypted (the crate's `session` module): the secret crosses the bus between CPU and TPM
 //! as ciphertext, and a response altered on the way is refused (its HMAC does not verify).
 //! With an RSA storage key (TPMs without ECC, which the PC Client profile requires) the
 //! session is not salted and the secret crosses in the clear; this client does not implement
