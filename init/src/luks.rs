@@ -212,6 +212,9 @@ pub struct Tpm2Token {
     pub policy_hash: Vec<u8>,
     /// Whether a PIN is part of the authorization (`tpm2-pin`).
     pub pin: bool,
+    /// The storage key's TPM2B_PUBLIC at sealing (`tpm2_srk`, systemd 255's field), which the
+    /// TPM is held to when unsealing; absent in systemd 252's tokens.
+    pub storage_key: Option<Vec<u8>>,
 }
 
 impl Tpm2Token {
@@ -226,6 +229,10 @@ impl Tpm2Token {
             policy_hash: hex::decode(&raw.policy_hash)
                 .map_err(|e| invalid(format!("{at} tpm2-policy-hash"), e))?,
             pin: raw.pin,
+            storage_key: raw
+                .srk
+                .map(|srk| base64(&format!("{at} tpm2_srk"), &srk))
+                .transpose()?,
         })
     }
 }
@@ -530,6 +537,8 @@ struct RawTpm2Token {
     policy_hash: String,
     #[serde(rename = "tpm2-pin", default)]
     pin: bool,
+    #[serde(rename = "tpm2_srk")]
+    srk: Option<String>,
 }
 
 /// Enough of a keyslot to choose it: its type and priority (0 ignore, 1 normal, 2 prefer).
@@ -1198,6 +1207,7 @@ mod tests {
             "tpm2-primary-alg": "ecc",
             "tpm2-policy-hash": hex::encode(policy),
             "tpm2-pin": false,
+            "tpm2_srk": BASE64.encode([0, 1, 7]),
         });
         c.import_token("0", &token, true);
         let t = c.header().systemd_tpm2_token().unwrap();
@@ -1208,6 +1218,7 @@ mod tests {
         assert_eq!(t.primary_alg.as_deref(), Some("ecc"));
         assert_eq!(t.policy_hash, policy);
         assert!(!t.pin);
+        assert_eq!(t.storage_key, Some(vec![0, 1, 7]));
         // The key it unseals opens the keyslots it names.
         let key = c
             .header()
@@ -1242,8 +1253,8 @@ mod tests {
             (vec![0, 1, 2], vec![], vec![0xff])
         );
         assert_eq!(
-            (t.pcr_bank.as_str(), t.primary_alg, t.pin),
-            ("sha256", None, false)
+            (t.pcr_bank.as_str(), t.primary_alg, t.pin, t.storage_key),
+            ("sha256", None, false, None)
         );
     }
 

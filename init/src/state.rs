@@ -420,6 +420,7 @@ fn unseal(
         pcrs: &token.pcrs,
         bank: &token.pcr_bank,
         primary,
+        storage_key: token.storage_key.as_deref(),
     };
     let mut t = tpm::Device::open(tpm_device).map_err(StateError::Unseal)?;
     tpm::unseal::unseal(&mut t, &object).map_err(StateError::Unseal)

@@ -94,6 +94,10 @@ pub enum TpmError {
         /// The command.
         command: &'static str,
     },
+    /// The TPM made a storage key other than the one the sealed object's token pins: another
+    /// TPM, a cleared owner hierarchy, or something answering in the TPM's place.
+    #[error("the TPM's storage key is not the one the secret was sealed under")]
+    StorageKeyChanged,
     /// The operating system's random generator failed (`None`: it gave no valid P-256 key).
     #[error("the random generator failed")]
     Random(#[source] Option<rand_core::Error>),

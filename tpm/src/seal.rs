@@ -41,6 +41,8 @@ pub struct Sealed {
     pub blob: Vec<u8>,
     /// The policy digest the object is sealed under (`tpm2-policy-hash`).
     pub policy_hash: Vec<u8>,
+    /// The storage key's TPM2B_PUBLIC (`tpm2_srk`), for [`crate::unseal`] to hold the TPM to.
+    pub storage_key: Vec<u8>,
 }
 
 /// Seals `secret` under `alg`'s storage key to `pcrs` of `bank` (`sha256`, `sha1`) at their
@@ -65,7 +67,11 @@ pub fn seal<T: Transport + ?Sized>(
     let flushed = flush_context(t, primary.handle);
     let blob = created?;
     flushed?;
-    Ok(Sealed { blob, policy_hash })
+    Ok(Sealed {
+        blob,
+        policy_hash,
+        storage_key: primary.public,
+    })
 }
 
 /// The digest a PolicyPCR over `selection` at the PCRs' current values leaves in a session.

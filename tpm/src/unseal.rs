@@ -81,6 +81,11 @@ pub struct SealedObject<'a> {
     pub bank: &'a str,
     /// `tpm2-primary-alg`; `None` (older tokens): ECC, then RSA, as systemd tries.
     pub primary: Option<PrimaryAlg>,
+    /// `tpm2_srk` (systemd 255 and later): the storage key's TPM2B_PUBLIC as it was at
+    /// sealing. When given, the TPM must make that very key again, or nothing is sent to it:
+    /// the session is salted to a key known in advance, so an active interposer answering
+    /// TPM2_CreatePrimary with a key of its own learns nothing.
+    pub storage_key: Option<&'a [u8]>,
 }
 
 /// The unsealed secret, wiped from memory when dropped.
@@ -110,11 +115,20 @@ pub fn unseal<T: Transport + ?Sized>(t: &mut T, object: &SealedObject) -> Result
         None => create_storage_key(t, PrimaryAlg::Ecc)
             .or_else(|_| create_storage_key(t, PrimaryAlg::Rsa))?,
     };
-    let secret = unseal_under(t, &primary, object.blob, &selection);
+    let secret = check_pinned(&primary, object.storage_key)
+        .and_then(|()| unseal_under(t, &primary, object.blob, &selection));
     let flushed = flush_context(t, primary.handle);
     let secret = secret?;
     flushed?;
     Ok(secret)
+}
+
+/// The storage key the TPM made must be the one the token pins, if it pins one.
+fn check_pinned(primary: &StorageKey, pinned: Option<&[u8]>) -> Result<(), TpmError> {
+    match pinned {
+        Some(pinned) if pinned != primary.public.as_slice() => Err(TpmError::StorageKeyChanged),
+        _ => Ok(()),
+    }
 }
 
 /// Loads the sealed object under `primary` and unseals it; flushes it again.
@@ -292,6 +306,8 @@ pub(crate) struct StorageKey {
     pub(crate) point: Option<EccPoint>,
     /// Its Name (nameAlg ‖ digest of its public area), which a command's cpHash covers.
     pub(crate) name: Vec<u8>,
+    /// Its TPM2B_PUBLIC, as a token pins it.
+    pub(crate) public: Vec<u8>,
 }
 
 /// TPM2_CreatePrimary of the storage key in the owner hierarchy.
@@ -303,10 +319,11 @@ pub(crate) fn create_storage_key<T: Transport + ?Sized>(
     let (handles, params) = cmd.run(t, 1)?;
     let handle = first_handle(&cmd, handles)?;
     match storage_key_public(&params) {
-        Ok((point, name)) => Ok(StorageKey {
+        Ok((public, point, name)) => Ok(StorageKey {
             handle,
             point,
             name,
+            public,
         }),
         Err(e) => {
             let _ = flush_context(t, handle);
@@ -315,18 +332,24 @@ pub(crate) fn create_storage_key<T: Transport + ?Sized>(
     }
 }
 
-/// TPM2_CreatePrimary's outPublic (its point) and name; the creation data and ticket between
-/// them are skipped (Part 3, §24.1).
-fn storage_key_public(params: &[u8]) -> Result<(Option<EccPoint>, Vec<u8>), attest::tpm::TpmError> {
+/// TPM2_CreatePrimary's outPublic (as TPM2B_PUBLIC, and its point) and name.
+type StoragePublic = (Vec<u8>, Option<EccPoint>, Vec<u8>);
+
+/// [`StoragePublic`] from TPM2_CreatePrimary's response parameters; the creation data and
+/// ticket between outPublic and name are skipped (Part 3, §24.1).
+fn storage_key_public(params: &[u8]) -> Result<StoragePublic, attest::tpm::TpmError> {
     let mut r = Reader::new(params);
-    let point = ecc_point(r.tpm2b("outPublic")?)?;
+    let out_public = r.tpm2b("outPublic")?;
+    let point = ecc_point(out_public)?;
+    let mut public = Vec::new();
+    put_tpm2b(&mut public, out_public);
     r.tpm2b("creationData")?;
     r.tpm2b("creationHash")?;
     r.u16("creationTicket.tag")?;
     r.u32("creationTicket.hierarchy")?;
     r.tpm2b("creationTicket.digest")?;
     let name = r.tpm2b("name")?.to_vec();
-    Ok((point, name))
+    Ok((public, point, name))
 }
 
 /// TPM2_Load of a sealed object under `parent`; returns its handle and Name.

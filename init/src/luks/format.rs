@@ -286,8 +286,13 @@ fn token_json(t: &Tpm2Token) -> Value {
         "tpm2-policy-hash": hex::encode(&t.policy_hash),
         "tpm2-pin": t.pin,
     });
-    if let (Some(alg), Some(map)) = (&t.primary_alg, token.as_object_mut()) {
-        map.insert("tpm2-primary-alg".into(), Value::from(alg.as_str()));
+    if let Some(map) = token.as_object_mut() {
+        if let Some(alg) = &t.primary_alg {
+            map.insert("tpm2-primary-alg".into(), Value::from(alg.as_str()));
+        }
+        if let Some(srk) = &t.storage_key {
+            map.insert("tpm2_srk".into(), Value::from(BASE64.encode(srk)));
+        }
     }
     token
 }

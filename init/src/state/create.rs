@@ -97,6 +97,7 @@ fn seal(tpm_device: &Path, secret: &[u8]) -> Result<Tpm2Token, StateError> {
         primary_alg: Some("ecc".to_owned()),
         policy_hash: sealed.policy_hash,
         pin: false,
+        storage_key: Some(sealed.storage_key),
     })
 }
 

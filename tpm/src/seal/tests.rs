@@ -40,6 +40,7 @@ fn the_policy_is_part_3s_policy_pcr_digest_and_the_object_unseals() {
             pcrs: &[11],
             bank: "sha256",
             primary: Some(alg),
+            storage_key: Some(&sealed.storage_key),
         };
         assert_eq!(unseal(&mut t, &object).unwrap().as_bytes(), [9; 32]);
         // The object's public area carries the policy and no userWithAuth.

@@ -25,6 +25,7 @@ fn sealed_to_pcr_11_unseals_until_pcr_11_changes() {
         pcrs: &[11],
         bank: "sha256",
         primary: Some(PrimaryAlg::Ecc),
+        storage_key: None,
     };
     let secret = unseal(&mut t, &object).unwrap();
     assert_eq!(secret.as_bytes(), b"the volume's passphrase");
@@ -62,6 +63,7 @@ fn a_damaged_token_is_named_not_sent() {
         pcrs: &[11],
         bank: "sha384",
         primary: None,
+        storage_key: None,
     };
     assert!(matches!(
         unseal(&mut t, &bad_bank),
@@ -84,6 +86,7 @@ fn a_damaged_token_is_named_not_sent() {
         pcrs: &[24],
         bank: "sha256",
         primary: None,
+        storage_key: None,
     };
     assert!(matches!(
         unseal(&mut t, &pcr_out_of_range),
@@ -141,6 +144,7 @@ fn the_secret_crosses_the_bus_encrypted_both_ways() {
         pcrs: &[11],
         bank: "sha256",
         primary: Some(PrimaryAlg::Ecc),
+        storage_key: None,
     };
     assert_eq!(unseal(&mut bus, &object).unwrap().as_bytes(), secret);
     assert!(bus.seen.len() > 10);
@@ -174,6 +178,7 @@ fn a_response_altered_on_the_bus_is_refused() {
         pcrs: &[11],
         bank: "sha256",
         primary: Some(PrimaryAlg::Ecc),
+        storage_key: None,
     };
     let mut bus = Bus {
         tpm: &mut t,
@@ -187,5 +192,59 @@ fn a_response_altered_on_the_bus_is_refused() {
         }
     }
     // Nothing was left loaded by the refusals.
+    assert_eq!(unseal(&mut t, &object).unwrap().as_bytes(), secret);
+}
+
+#[test]
+fn a_pinned_storage_key_holds_the_tpm_to_the_key_it_sealed_under() {
+    let dir = tempfile::tempdir().unwrap();
+    let sw = Swtpm::start(dir.path()).unwrap();
+    let mut t = sw.connect().unwrap();
+    let secret = b"the volume's passphrase";
+    let sealed = seal(&mut t, secret, &[11], "sha256", PrimaryAlg::Ecc).unwrap();
+    // The pin is the storage key's TPM2B_PUBLIC: an ECC key with a point.
+    let mut r = Reader::new(&sealed.storage_key);
+    let public = r.tpm2b("TPM2B_PUBLIC").unwrap();
+    r.finish("pin").unwrap();
+    assert!(crate::session::ecc_point(public).unwrap().is_some());
+    let object = SealedObject {
+        blob: &sealed.blob,
+        pcrs: &[11],
+        bank: "sha256",
+        primary: Some(PrimaryAlg::Ecc),
+        storage_key: Some(&sealed.storage_key),
+    };
+    assert_eq!(unseal(&mut t, &object).unwrap().as_bytes(), secret);
+
+    // Another key pinned (one bit of its point changed): refused before the object is loaded
+    // or a session started, and nothing is left loaded.
+    let mut other = sealed.storage_key.clone();
+    let last = other.len() - 1;
+    other[last] ^= 1;
+    let mut bus = Bus {
+        tpm: &mut t,
+        seen: Vec::new(),
+        alter: None,
+    };
+    let pinned_other = SealedObject {
+        storage_key: Some(&other),
+        ..object.clone()
+    };
+    for _ in 0..8 {
+        assert!(matches!(
+            unseal(&mut bus, &pinned_other),
+            Err(TpmError::StorageKeyChanged)
+        ));
+    }
+    let sent: Vec<u32> = bus
+        .seen
+        .iter()
+        .step_by(2)
+        .map(|c| u32::from_be_bytes([c[6], c[7], c[8], c[9]]))
+        .collect();
+    assert!(
+        !sent.contains(&TPM_CC_LOAD) && !sent.contains(&0x176),
+        "{sent:x?}"
+    );
     assert_eq!(unseal(&mut t, &object).unwrap().as_bytes(), secret);
 }

@@ -21,6 +21,7 @@ fn token() -> Tpm2Token {
         primary_alg: Some("ecc".into()),
         policy_hash: vec![0x11; 32],
         pin: false,
+        storage_key: Some(vec![0, 2, 0x12, 0x34]),
     }
 }
 
