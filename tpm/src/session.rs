@@ -71,31 +71,12 @@ impl SaltedSession {
     ) -> Result<SaltedSession, TpmError> {
         let (ephemeral, salt) = ecdh_salt(point)?;
         let nonce_caller = random_nonce()?;
-        let mut params = Vec::new();
-        put_tpm2b(&mut params, &nonce_caller);
         let mut encrypted_salt = Vec::new();
         put_tpm2b(&mut encrypted_salt, &ephemeral.x);
         put_tpm2b(&mut encrypted_salt, &ephemeral.y);
-        put_tpm2b(&mut params, &encrypted_salt);
-        params.push(kind);
-        for v in [TPM_ALG_AES, 128, TPM_ALG_CFB, TPM_ALG_SHA256] {
-            params.extend_from_slice(&v.to_be_bytes()); // symmetric, then authHash
-        }
-        let cmd = Command {
-            name: "TPM2_StartAuthSession",
-            code: TPM_CC_START_AUTH_SESSION,
-            handles: vec![tpm_key, TPM_RH_NULL],
-            auth: Auth::None,
-            params,
-        };
-        let (handles, params) = cmd.run(t, 1)?;
-        let handle = *handles
-            .first()
-            .ok_or_else(|| cmd.malformed("no handle".into()))?;
-        let nonce_tpm = Reader::new(&params)
-            .tpm2b("nonceTPM")
-            .map_err(|e| cmd.parse_error(e))?
-            .to_vec();
+        let symmetric = [TPM_ALG_AES, 128, TPM_ALG_CFB];
+        let (handle, nonce_tpm) =
+            start_auth_session(t, tpm_key, &nonce_caller, &encrypted_salt, kind, &symmetric)?;
         let key = kdfa(&salt[..], b"ATH", &nonce_tpm, &nonce_caller);
         Ok(SaltedSession {
             handle,
@@ -200,6 +181,42 @@ impl SaltedSession {
         }
         mac.finalize().into_bytes().into()
     }
+}
+
+/// TPM2_StartAuthSession, bound to no object, with SHA-256: salted to `tpm_key` with
+/// `encrypted_salt` (or neither: `TPM_RH_NULL` and empty), `symmetric` the TPMT_SYM_DEF
+/// (`[TPM_ALG_NULL]` for none). Returns the session's handle and the TPM's first nonce.
+pub(crate) fn start_auth_session<T: Transport + ?Sized>(
+    t: &mut T,
+    tpm_key: u32,
+    nonce_caller: &[u8],
+    encrypted_salt: &[u8],
+    kind: u8,
+    symmetric: &[u16],
+) -> Result<(u32, Vec<u8>), TpmError> {
+    let mut params = Vec::new();
+    put_tpm2b(&mut params, nonce_caller);
+    put_tpm2b(&mut params, encrypted_salt);
+    params.push(kind);
+    for v in symmetric.iter().chain(&[TPM_ALG_SHA256]) {
+        params.extend_from_slice(&v.to_be_bytes()); // symmetric, then authHash
+    }
+    let cmd = Command {
+        name: "TPM2_StartAuthSession",
+        code: TPM_CC_START_AUTH_SESSION,
+        handles: vec![tpm_key, TPM_RH_NULL],
+        auth: Auth::None,
+        params,
+    };
+    let (handles, params) = cmd.run(t, 1)?;
+    let handle = *handles
+        .first()
+        .ok_or_else(|| cmd.malformed("no handle".into()))?;
+    let nonce_tpm = Reader::new(&params)
+        .tpm2b("nonceTPM")
+        .map_err(|e| cmd.parse_error(e))?
+        .to_vec();
+    Ok((handle, nonce_tpm))
 }
 
 /// The contents of the TPM2B that `params` starts with (all that follows its size field, if

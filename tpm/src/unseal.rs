@@ -21,7 +21,7 @@
 //! RSA-OAEP salting.
 
 use crate::command::{create_primary, flush_context, Auth, Command};
-use crate::session::{ecc_point, EccPoint, SaltedSession, ENCRYPT};
+use crate::session::{ecc_point, start_auth_session, EccPoint, SaltedSession, ENCRYPT};
 use crate::transport::Transport;
 use crate::TpmError;
 use attest::tpm::{put_tpm2b, Reader, TPM_ALG_NULL, TPM_ALG_SHA256};
@@ -29,7 +29,6 @@ use zeroize::Zeroizing;
 
 const TPM_CC_LOAD: u32 = 0x0000_0157;
 const TPM_CC_UNSEAL: u32 = 0x0000_015e;
-const TPM_CC_START_AUTH_SESSION: u32 = 0x0000_0176;
 const TPM_CC_POLICY_PCR: u32 = 0x0000_017f;
 const TPM_RH_OWNER: u32 = 0x4000_0001;
 const TPM_RH_NULL: u32 = 0x4000_0007;
@@ -382,22 +381,10 @@ pub(crate) fn start_policy_session<T: Transport + ?Sized>(t: &mut T) -> Result<u
 }
 
 pub(crate) fn start_session<T: Transport + ?Sized>(t: &mut T, kind: u8) -> Result<u32, TpmError> {
-    let mut params = Vec::new();
     // nonceCaller: 16 bytes at least (Part 3, §11.1). The session is neither salted nor
     // bound and computes no HMAC, so the nonce's value protects nothing here.
-    put_tpm2b(&mut params, &[0x5a; 16]);
-    params.extend_from_slice(&[0, 0]); // encryptedSalt: none
-    params.push(kind);
-    params.extend_from_slice(&TPM_ALG_NULL.to_be_bytes()); // symmetric: none
-    params.extend_from_slice(&TPM_ALG_SHA256.to_be_bytes()); // authHash
-    let cmd = Command {
-        name: "TPM2_StartAuthSession",
-        code: TPM_CC_START_AUTH_SESSION,
-        handles: vec![TPM_RH_NULL, TPM_RH_NULL],
-        auth: Auth::None,
-        params,
-    };
-    first_handle(&cmd, cmd.run(t, 1)?.0)
+    start_auth_session(t, TPM_RH_NULL, &[0x5a; 16], &[], kind, &[TPM_ALG_NULL])
+        .map(|(handle, _)| handle)
 }
 
 /// TPM2_PolicyPCR: the session's policy includes the PCRs of `selection` at their current

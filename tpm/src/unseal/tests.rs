@@ -122,6 +122,17 @@ impl<T: Transport> Transport for Bus<'_, T> {
     }
 }
 
+/// The token's view of `sealed`, an object sealed to PCR 11 of the sha256 bank under `alg`.
+fn pcr_11_object(sealed: &crate::seal::Sealed, alg: PrimaryAlg) -> SealedObject<'_> {
+    SealedObject {
+        blob: &sealed.blob,
+        pcrs: &[11],
+        bank: "sha256",
+        primary: Some(alg),
+        storage_key: None,
+    }
+}
+
 fn on_the_bus(seen: &[Vec<u8>], secret: &[u8]) -> bool {
     seen.iter()
         .any(|m| m.windows(8).any(|w| secret.windows(8).any(|s| s == w)))
@@ -139,13 +150,7 @@ fn the_secret_crosses_the_bus_encrypted_both_ways() {
         alter: None,
     };
     let sealed = seal(&mut bus, secret, &[11], "sha256", PrimaryAlg::Ecc).unwrap();
-    let object = SealedObject {
-        blob: &sealed.blob,
-        pcrs: &[11],
-        bank: "sha256",
-        primary: Some(PrimaryAlg::Ecc),
-        storage_key: None,
-    };
+    let object = pcr_11_object(&sealed, PrimaryAlg::Ecc);
     assert_eq!(unseal(&mut bus, &object).unwrap().as_bytes(), secret);
     assert!(bus.seen.len() > 10);
     assert!(
@@ -157,11 +162,7 @@ fn the_secret_crosses_the_bus_encrypted_both_ways() {
     // the check above can see a secret when there is one to see.
     bus.seen.clear();
     let rsa = seal(&mut bus, secret, &[11], "sha256", PrimaryAlg::Rsa).unwrap();
-    let object = SealedObject {
-        blob: &rsa.blob,
-        primary: Some(PrimaryAlg::Rsa),
-        ..object
-    };
+    let object = pcr_11_object(&rsa, PrimaryAlg::Rsa);
     assert_eq!(unseal(&mut bus, &object).unwrap().as_bytes(), secret);
     assert!(on_the_bus(&bus.seen, secret));
 }
@@ -173,13 +174,7 @@ fn a_response_altered_on_the_bus_is_refused() {
     let mut t = sw.connect().unwrap();
     let secret = b"the volume's passphrase";
     let sealed = seal(&mut t, secret, &[11], "sha256", PrimaryAlg::Ecc).unwrap();
-    let object = SealedObject {
-        blob: &sealed.blob,
-        pcrs: &[11],
-        bank: "sha256",
-        primary: Some(PrimaryAlg::Ecc),
-        storage_key: None,
-    };
+    let object = pcr_11_object(&sealed, PrimaryAlg::Ecc);
     let mut bus = Bus {
         tpm: &mut t,
         seen: Vec::new(),
@@ -208,11 +203,8 @@ fn a_pinned_storage_key_holds_the_tpm_to_the_key_it_sealed_under() {
     r.finish("pin").unwrap();
     assert!(crate::session::ecc_point(public).unwrap().is_some());
     let object = SealedObject {
-        blob: &sealed.blob,
-        pcrs: &[11],
-        bank: "sha256",
-        primary: Some(PrimaryAlg::Ecc),
         storage_key: Some(&sealed.storage_key),
+        ..pcr_11_object(&sealed, PrimaryAlg::Ecc)
     };
     assert_eq!(unseal(&mut t, &object).unwrap().as_bytes(), secret);
 
