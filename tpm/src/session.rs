@@ -100,7 +100,7 @@ impl SaltedSession {
         self.nonce_caller = random_nonce()?;
         if attributes & DECRYPT != 0 {
             let (key, iv) = self.cfb(&self.nonce_caller, &self.nonce_tpm);
-            Aes128CfbEnc::new(&key.into(), &iv.into()).encrypt(first_tpm2b(params));
+            Aes128CfbEnc::new(&(*key).into(), &(*iv).into()).encrypt(first_tpm2b(params));
         }
         let mut cp = Sha256::new();
         cp.update(code.to_be_bytes());
@@ -155,14 +155,15 @@ impl SaltedSession {
     /// [`SaltedSession::check_response`], which takes the response's nonce.
     pub(crate) fn decrypt_response(&self, data: &mut [u8]) {
         let (key, iv) = self.cfb(&self.nonce_tpm, &self.nonce_caller);
-        Aes128CfbDec::new(&key.into(), &iv.into()).decrypt(data);
+        Aes128CfbDec::new(&(*key).into(), &(*iv).into()).decrypt(data);
     }
 
-    /// AES-128 key and IV from KDFa(sessionKey, "CFB", nonceNewer, nonceOlder).
-    fn cfb(&self, newer: &[u8], older: &[u8]) -> ([u8; 16], [u8; 16]) {
+    /// AES-128 key and IV from KDFa(sessionKey, "CFB", nonceNewer, nonceOlder), wiped when
+    /// dropped (the cipher's own copy is wiped by `aes`'s and `cfb-mode`'s zeroize feature).
+    fn cfb(&self, newer: &[u8], older: &[u8]) -> (Zeroizing<[u8; 16]>, Zeroizing<[u8; 16]>) {
         let bits = kdfa(&self.key[..], b"CFB", newer, older);
-        let mut key = [0; 16];
-        let mut iv = [0; 16];
+        let mut key = Zeroizing::new([0; 16]);
+        let mut iv = Zeroizing::new([0; 16]);
         key.copy_from_slice(&bits[..16]);
         iv.copy_from_slice(&bits[16..]);
         (key, iv)
