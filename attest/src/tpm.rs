@@ -49,6 +49,11 @@ pub mod attr {
     pub const SENSITIVE_DATA_ORIGIN: u32 = 1 << 5;
     /// Authorisation with the user auth value (here: empty).
     pub const USER_WITH_AUTH: u32 = 1 << 6;
+    /// Not subject to dictionary-attack protection. A key whose authorization value is the
+    /// well-known empty one gains nothing from it, and loses much: each use marks the TPM
+    /// "DA used", and every power cut after such a use counts as a failed authorization, so
+    /// a few cuts lock the TPM out (swtpm's defaults: 3 tries, 1000 s each to recover).
+    pub const NO_DA: u32 = 1 << 10;
     /// Signs only TPM-generated structures.
     pub const RESTRICTED: u32 = 1 << 16;
     /// Decryption key.
@@ -65,8 +70,10 @@ pub const AK_REQUIRED_ATTRIBUTES: u32 = attr::FIXED_TPM
     | attr::SIGN;
 
 /// Attributes of the AK template this project creates: the required ones plus userWithAuth
-/// (the key is used with the empty password; it is bound by being fixedTPM, not by a secret).
-pub const AK_TEMPLATE_ATTRIBUTES: u32 = AK_REQUIRED_ATTRIBUTES | attr::USER_WITH_AUTH;
+/// (the key is used with the empty password; it is bound by being fixedTPM, not by a secret)
+/// and noDA (an empty password needs no dictionary-attack protection, and a quote followed by
+/// a power cut must not count as a failed try: [`attr::NO_DA`]).
+pub const AK_TEMPLATE_ATTRIBUTES: u32 = AK_REQUIRED_ATTRIBUTES | attr::USER_WITH_AUTH | attr::NO_DA;
 
 /// The PCRs a quote must cover, in the order their values enter the PCR digest:
 /// 4 (boot loader and UKI as an EFI application), 7 (Secure Boot policy), 11 (the UKI's

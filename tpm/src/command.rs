@@ -15,6 +15,11 @@ const TPM_CC_QUOTE: u32 = 0x0000_0158;
 const TPM_CC_FLUSH_CONTEXT: u32 = 0x0000_0165;
 const TPM_CC_PCR_READ: u32 = 0x0000_017e;
 const TPM_CC_PCR_EXTEND: u32 = 0x0000_0182;
+const TPM_CC_GET_CAPABILITY: u32 = 0x0000_017a;
+const TPM_CAP_TPM_PROPERTIES: u32 = 6;
+/// TPM_PT_LOCKOUT_COUNTER; TPM_PT_MAX_AUTH_FAIL, TPM_PT_LOCKOUT_INTERVAL and
+/// TPM_PT_LOCKOUT_RECOVERY follow it.
+const TPM_PT_LOCKOUT_COUNTER: u32 = 0x0000_020e;
 const TPM_RH_ENDORSEMENT: u32 = 0x4000_000b;
 /// The password "session": authorization with a (here empty) password, no HMAC.
 const TPM_RS_PW: u32 = 0x4000_0009;
@@ -263,6 +268,56 @@ pub fn ak_public<T: Transport + ?Sized>(t: &mut T) -> Result<Vec<u8>, TpmError> 
     let (handle, public) = create_ak(t)?;
     flush_context(t, handle)?;
     Ok(public)
+}
+
+/// The TPM's dictionary-attack state (Part 2, §6.13: TPM_PT_LOCKOUT_*).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lockout {
+    /// Failed authorizations counted (power cuts after a DA-protected use count too).
+    pub failed_tries: u32,
+    /// At this many the TPM refuses every DA-protected authorization (TPM_RC_LOCKOUT).
+    pub max_tries: u32,
+    /// Seconds for one failed try to be forgiven.
+    pub interval: u32,
+    /// Seconds before the lockout hierarchy may be tried again after its own failure.
+    pub recovery: u32,
+}
+
+/// TPM2_GetCapability of the dictionary-attack properties.
+pub fn lockout<T: Transport + ?Sized>(t: &mut T) -> Result<Lockout, TpmError> {
+    let mut params = TPM_CAP_TPM_PROPERTIES.to_be_bytes().to_vec();
+    params.extend_from_slice(&TPM_PT_LOCKOUT_COUNTER.to_be_bytes());
+    params.extend_from_slice(&4u32.to_be_bytes());
+    let cmd = Command {
+        name: "TPM2_GetCapability",
+        code: TPM_CC_GET_CAPABILITY,
+        handles: vec![],
+        auth: Auth::None,
+        params,
+    };
+    let (_, params) = cmd.run(t, 0)?;
+    let parse = |source| cmd.parse_error(source);
+    let mut r = Reader::new(&params);
+    r.u8("moreData").map_err(parse)?;
+    r.u32("capability").map_err(parse)?;
+    let count = r.u32("TPML_TAGGED_TPM_PROPERTY.count").map_err(parse)?;
+    let mut values = BTreeMap::new();
+    for _ in 0..count.min(4) {
+        let property = r.u32("property").map_err(parse)?;
+        values.insert(property, r.u32("value").map_err(parse)?);
+    }
+    let value = |offset: u32| {
+        values
+            .get(&(TPM_PT_LOCKOUT_COUNTER + offset))
+            .copied()
+            .ok_or_else(|| cmd.malformed(format!("no TPM_PT_LOCKOUT property +{offset}")))
+    };
+    Ok(Lockout {
+        failed_tries: value(0)?,
+        max_tries: value(1)?,
+        interval: value(2)?,
+        recovery: value(3)?,
+    })
 }
 
 /// TPM2_PCR_Read of the SHA-256 bank's PCRs 4, 7 and 11, by index.

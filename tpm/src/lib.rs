@@ -29,7 +29,9 @@ pub mod swtpm;
 mod transport;
 pub mod unseal;
 
-pub use command::{ak_public, create_ak, flush_context, pcr_extend, pcr_read, quote, quote_with};
+pub use command::{
+    ak_public, create_ak, flush_context, lockout, pcr_extend, pcr_read, quote, quote_with, Lockout,
+};
 pub use transport::{Device, SwtpmSocket, Transport, DEFAULT_DEVICE};
 
 /// Why a TPM operation failed.

@@ -1,23 +1,30 @@
 //! Sealing a secret to PCRs the way `systemd-repart` (`Encrypt=tpm2`) and
-//! `systemd-cryptenroll --tpm2-device` do in systemd 252, so that the [`crate::unseal`] of the
-//! image's initrd, and systemd's own, open it:
+//! `systemd-cryptenroll --tpm2-device` do in systemd 252, for the [`crate::unseal`] of the
+//! image's initrd:
 //! 1. the policy digest of TPM2_PolicyPCR over the PCRs at their current values, computed by
 //!    the TPM in a trial session (TPM2_PolicyGetDigest);
-//! 2. TPM2_Create, under systemd's storage key, of a keyed-hash object holding the secret,
-//!    with that digest as its authPolicy, `fixedTPM | fixedParent` and no userWithAuth: only
-//!    a policy session whose PCRs match releases it, and only this TPM can load it.
+//! 2. TPM2_Create, under systemd's storage key with noDA added (a power cut after an unseal
+//!    must not count towards a dictionary-attack lockout), of a keyed-hash object holding the
+//!    secret, with that digest as its authPolicy, `fixedTPM | fixedParent` and no
+//!    userWithAuth: only a policy session whose PCRs match releases it, and only this TPM can
+//!    load it.
 //!
 //! The returned blob (TPM2B_PRIVATE then TPM2B_PUBLIC) and policy digest are the
-//! `systemd-tpm2` token's `tpm2-blob` and `tpm2-policy-hash`. As with unsealing, TPM2_Create
-//! is authorized in a session salted with the storage key and its first parameter, which
-//! holds the secret, is encrypted (the crate's `session` module): the secret crosses the CPU–TPM bus as
-//! ciphertext (in the clear only under an RSA storage key, as [`crate::unseal`] says).
+//! `systemd-tpm2` token's `tpm2-blob` and `tpm2-policy-hash`; the storage key's public area is
+//! its `tpm2_srk`, which tells [`crate::unseal`] the key's template. systemd 252's own unseal
+//! does not open it (its storage key lacks noDA).
+//!
+//! As with unsealing, TPM2_Create is authorized in a session salted with the storage key, and
+//! its first parameter, which holds the secret, is encrypted (the crate's `session` module):
+//! the secret crosses the CPU–TPM bus as ciphertext (in the clear only under an RSA storage
+//! key, as [`crate::unseal`] says).
 
 use crate::command::{create_params, flush_context, Auth, Command};
 use crate::session::{SaltedSession, DECRYPT};
 use crate::transport::Transport;
 use crate::unseal::{
-    create_storage_key, pcr_bank, pcr_selection, policy_pcr, start_session, PrimaryAlg, StorageKey,
+    create_storage_key, pcr_bank, pcr_selection, policy_pcr, start_session, PrimaryAlg, Srk,
+    StorageKey,
 };
 use crate::TpmError;
 use attest::tpm::{put_tpm2b, Reader, TPM_ALG_NULL, TPM_ALG_SHA256};
@@ -54,6 +61,18 @@ pub fn seal<T: Transport + ?Sized>(
     bank: &str,
     alg: PrimaryAlg,
 ) -> Result<Sealed, TpmError> {
+    seal_under(t, secret, pcrs, bank, alg, Srk::NoDa)
+}
+
+/// [`seal`] under the storage key of `srk`'s template (the tests seal as systemd 252 did).
+pub(crate) fn seal_under<T: Transport + ?Sized>(
+    t: &mut T,
+    secret: &[u8],
+    pcrs: &[u32],
+    bank: &str,
+    alg: PrimaryAlg,
+    srk: Srk,
+) -> Result<Sealed, TpmError> {
     if secret.is_empty() || secret.len() > MAX_SECRET {
         return Err(TpmError::Unsupported {
             what: "sealed secret length",
@@ -62,7 +81,7 @@ pub fn seal<T: Transport + ?Sized>(
     }
     let selection = pcr_selection(pcr_bank(bank)?, pcrs)?;
     let policy_hash = trial_policy(t, &selection)?;
-    let primary = create_storage_key(t, alg)?;
+    let primary = create_storage_key(t, alg, srk)?;
     let created = create_sealed(t, &primary, secret, &policy_hash);
     let flushed = flush_context(t, primary.handle);
     let blob = created?;

@@ -40,8 +40,8 @@ const TPM_ALG_AES: u16 = 0x0006;
 const TPM_ALG_CFB: u16 = 0x0043;
 const TPM_ECC_NIST_P256: u16 = 0x0003;
 /// restricted | decrypt | fixedTPM | fixedParent | sensitiveDataOrigin | userWithAuth: a
-/// storage key, as systemd's template has it.
-const STORAGE_KEY_ATTRIBUTES: u32 =
+/// storage key, as systemd 252's template has it.
+const SYSTEMD_252_SRK_ATTRIBUTES: u32 =
     (1 << 16) | (1 << 17) | (1 << 1) | (1 << 4) | (1 << 5) | (1 << 6);
 /// PC client TPMs have 24 PCRs: three bytes of selection bitmap.
 const PCR_SELECT_BYTES: usize = 3;
@@ -103,16 +103,57 @@ impl std::fmt::Debug for Secret {
     }
 }
 
+/// Which storage key template: the attributes are all that differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Srk {
+    /// systemd 252's (`tpm2_make_primary`), which tokens without a pinned key were sealed
+    /// under: subject to dictionary-attack protection.
+    Systemd252,
+    /// The same with noDA ([`attest::tpm::attr::NO_DA`], as TCG's standard SRK template
+    /// and systemd 255's have it), which this crate seals under: a power cut after an unseal
+    /// does not count as a failed authorization, so power cuts never lock the TPM out.
+    NoDa,
+}
+
+impl Srk {
+    fn attributes(self) -> u32 {
+        match self {
+            Srk::Systemd252 => SYSTEMD_252_SRK_ATTRIBUTES,
+            Srk::NoDa => SYSTEMD_252_SRK_ATTRIBUTES | attest::tpm::attr::NO_DA,
+        }
+    }
+
+    /// The template a token's pinned key (TPM2B_PUBLIC) was made from; systemd 252's when
+    /// nothing is pinned.
+    fn of_pin(pin: Option<&[u8]>) -> Result<Srk, TpmError> {
+        let Some(pin) = pin else {
+            return Ok(Srk::Systemd252);
+        };
+        // TPM2B size (2), type (2), nameAlg (2), then objectAttributes (4).
+        let attributes = pin
+            .get(6..10)
+            .map(|a| u32::from_be_bytes([a[0], a[1], a[2], a[3]]));
+        [Srk::Systemd252, Srk::NoDa]
+            .into_iter()
+            .find(|srk| Some(srk.attributes()) == attributes)
+            .ok_or_else(|| TpmError::Unsupported {
+                what: "pinned storage key's attributes",
+                value: attributes.map_or_else(|| "none".into(), |a| format!("{a:#010x}")),
+            })
+    }
+}
+
 /// Unseals `object` if the TPM's PCRs hold the values it was sealed to; a PCR that differs
 /// is the TPM's policy failure ([`TpmError::Response`] from `TPM2_Unseal`, rc 0x99d).
 pub fn unseal<T: Transport + ?Sized>(t: &mut T, object: &SealedObject) -> Result<Secret, TpmError> {
     let bank = pcr_bank(object.bank)?;
     let selection = pcr_selection(bank, object.pcrs)?;
     check_blob(object.blob)?;
+    let srk = Srk::of_pin(object.storage_key)?;
     let primary = match object.primary {
-        Some(alg) => create_storage_key(t, alg)?,
-        None => create_storage_key(t, PrimaryAlg::Ecc)
-            .or_else(|_| create_storage_key(t, PrimaryAlg::Rsa))?,
+        Some(alg) => create_storage_key(t, alg, srk)?,
+        None => create_storage_key(t, PrimaryAlg::Ecc, srk)
+            .or_else(|_| create_storage_key(t, PrimaryAlg::Rsa, srk))?,
     };
     let secret = check_pinned(&primary, object.storage_key)
         .and_then(|()| unseal_under(t, &primary, object.blob, &selection));
@@ -269,8 +310,8 @@ fn check_blob(blob: &[u8]) -> Result<(), TpmError> {
 }
 
 /// systemd's storage key template (`tpm2_make_primary`): AES-128-CFB, no scheme, empty
-/// unique field.
-fn storage_key_template(alg: PrimaryAlg) -> Vec<u8> {
+/// unique field; `srk` says whether with noDA.
+fn storage_key_template(alg: PrimaryAlg, srk: Srk) -> Vec<u8> {
     let mut p = Vec::new();
     let kind = match alg {
         PrimaryAlg::Ecc => TPM_ALG_ECC,
@@ -278,7 +319,7 @@ fn storage_key_template(alg: PrimaryAlg) -> Vec<u8> {
     };
     p.extend_from_slice(&kind.to_be_bytes());
     p.extend_from_slice(&TPM_ALG_SHA256.to_be_bytes());
-    p.extend_from_slice(&STORAGE_KEY_ATTRIBUTES.to_be_bytes());
+    p.extend_from_slice(&srk.attributes().to_be_bytes());
     p.extend_from_slice(&[0, 0]); // authPolicy: empty
     for v in [TPM_ALG_AES, 128, TPM_ALG_CFB, TPM_ALG_NULL] {
         p.extend_from_slice(&v.to_be_bytes()); // symmetric, then scheme: NULL
@@ -298,7 +339,7 @@ fn storage_key_template(alg: PrimaryAlg) -> Vec<u8> {
     p
 }
 
-/// A storage key loaded from systemd's template.
+/// A storage key loaded from a storage key template ([`Srk`]).
 pub(crate) struct StorageKey {
     pub(crate) handle: u32,
     /// Its public point, which salts sessions (`None`: an RSA key).
@@ -313,8 +354,9 @@ pub(crate) struct StorageKey {
 pub(crate) fn create_storage_key<T: Transport + ?Sized>(
     t: &mut T,
     alg: PrimaryAlg,
+    srk: Srk,
 ) -> Result<StorageKey, TpmError> {
-    let cmd = create_primary(TPM_RH_OWNER, &storage_key_template(alg));
+    let cmd = create_primary(TPM_RH_OWNER, &storage_key_template(alg, srk));
     let (handles, params) = cmd.run(t, 1)?;
     let handle = first_handle(&cmd, handles)?;
     match storage_key_public(&params) {

@@ -27,7 +27,7 @@ fn an_honest_quote_verifies_and_returns_the_pcr_values() {
 fn the_template_and_selection_are_the_documented_bytes() {
     assert_eq!(
         hex::encode(ak_template()),
-        "0023000b00050072000000100018000b000300100000 0000".replace(' ', "")
+        "0023000b00050472000000100018000b000300100000 0000".replace(' ', "")
     );
     assert_eq!(hex::encode(quoted_pcr_selection()), "00000001000b03900800");
 }

@@ -1,9 +1,11 @@
-//! Against swtpm: an object sealed to PCR 11 the way systemd seals it ([`crate::seal`])
-//! unseals while PCR 11 holds, and not after PCR 11 is extended.
+//! Against swtpm: an object sealed to PCR 11 the way systemd 252 seals it (its storage key,
+//! no pin), or as [`crate::seal`] does (noDA, pinned), unseals while PCR 11 holds, and not
+//! after PCR 11 is extended; the secret crosses the bus encrypted; power cuts do not lock the
+//! TPM out.
 
 use super::*;
 use crate::command::pcr_extend;
-use crate::seal::seal;
+use crate::seal::{seal, seal_under};
 use crate::swtpm::Swtpm;
 
 #[test]
@@ -11,12 +13,14 @@ fn sealed_to_pcr_11_unseals_until_pcr_11_changes() {
     let dir = tempfile::tempdir().unwrap();
     let sw = Swtpm::start(dir.path()).unwrap();
     let mut t = sw.connect().unwrap();
-    let sealed = seal(
+    // A token systemd 252 made: its storage key, nothing pinned.
+    let sealed = seal_under(
         &mut t,
         b"the volume's passphrase",
         &[11],
         "sha256",
         PrimaryAlg::Ecc,
+        Srk::Systemd252,
     )
     .unwrap();
     let blob = sealed.blob;
@@ -129,7 +133,7 @@ fn pcr_11_object(sealed: &crate::seal::Sealed, alg: PrimaryAlg) -> SealedObject<
         pcrs: &[11],
         bank: "sha256",
         primary: Some(alg),
-        storage_key: None,
+        storage_key: Some(&sealed.storage_key),
     }
 }
 
@@ -239,4 +243,69 @@ fn a_pinned_storage_key_holds_the_tpm_to_the_key_it_sealed_under() {
         "{sent:x?}"
     );
     assert_eq!(unseal(&mut t, &object).unwrap().as_bytes(), secret);
+}
+
+/// Nodes lose power. A power cut (swtpm killed: no TPM2_Shutdown) after a use of a key subject
+/// to dictionary-attack protection counts as a failed authorization; at swtpm's 3 the TPM
+/// refuses them all, and a node could no longer open its state disk. The image's keys have
+/// noDA: cuts after unseals and quotes count nothing, while one cut after a use of systemd
+/// 252's storage key counts one.
+#[test]
+fn power_cuts_after_unseals_and_quotes_never_lock_the_tpm_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = b"the volume's passphrase";
+    let sealed = {
+        let sw = Swtpm::start(dir.path()).unwrap();
+        let mut t = sw.connect().unwrap();
+        let lockout = crate::lockout(&mut t).unwrap();
+        assert_eq!((lockout.failed_tries, lockout.max_tries), (0, 3));
+        seal(&mut t, secret, &[11], "sha256", PrimaryAlg::Ecc).unwrap()
+    };
+    let object = SealedObject {
+        storage_key: Some(&sealed.storage_key),
+        ..pcr_11_object(&sealed, PrimaryAlg::Ecc)
+    };
+    for _ in 0..5 {
+        let sw = Swtpm::start(dir.path()).unwrap();
+        let mut t = sw.connect().unwrap();
+        assert_eq!(crate::lockout(&mut t).unwrap().failed_tries, 0);
+        assert_eq!(unseal(&mut t, &object).unwrap().as_bytes(), secret);
+        crate::quote(&mut t, &[1; 32]).unwrap();
+    }
+    {
+        let sw = Swtpm::start(dir.path()).unwrap();
+        let mut t = sw.connect().unwrap();
+        let key = create_storage_key(&mut t, PrimaryAlg::Ecc, Srk::Systemd252).unwrap();
+        let _ = load(&mut t, key.handle, &sealed.blob);
+    }
+    let sw = Swtpm::start(dir.path()).unwrap();
+    assert_eq!(
+        crate::lockout(&mut sw.connect().unwrap())
+            .unwrap()
+            .failed_tries,
+        1
+    );
+}
+
+#[test]
+fn a_pin_names_the_storage_keys_template_or_is_refused() {
+    let pin = |attributes: u32| {
+        let mut p = vec![0, 10, 0, 0x23, 0, 0x0b];
+        p.extend_from_slice(&attributes.to_be_bytes());
+        p
+    };
+    let no_da = SYSTEMD_252_SRK_ATTRIBUTES | attest::tpm::attr::NO_DA;
+    assert_eq!(Srk::of_pin(None).unwrap(), Srk::Systemd252);
+    let systemd = pin(SYSTEMD_252_SRK_ATTRIBUTES);
+    assert_eq!(Srk::of_pin(Some(&systemd)).unwrap(), Srk::Systemd252);
+    assert_eq!(Srk::of_pin(Some(&pin(no_da))).unwrap(), Srk::NoDa);
+    for bad in [pin(no_da & !(1 << 16)), vec![0, 1]] {
+        assert!(matches!(
+            Srk::of_pin(Some(&bad)),
+            Err(TpmError::Unsupported {
+                what: "pinned storage key's attributes",
+                ..
+            })
+        ));
+    }
 }
