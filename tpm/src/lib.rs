@@ -118,6 +118,11 @@ fn rc_hint(rc: u32) -> &'static str {
         0x9a2 | 0x98e => " (bad authorization: the endorsement hierarchy has a password)",
         0x902 | 0x903 => " (out of object memory: too many loaded objects)",
         0x922 => " (TPM_RC_RETRY: the TPM is busy, try again)",
+        0x921 => {
+            " (TPM_RC_LOCKOUT: dictionary-attack lockout, after failed authorizations or power \
+             cuts that followed a use of a key without noDA; it ends as the TPM's recovery time \
+             passes, or with TPM2_DictionaryAttackLockReset under the lockout authorization)"
+        }
         0x99d => " (TPM_RC_POLICY_FAIL: the PCRs do not hold the values the object was sealed to)",
         _ => "",
     }

@@ -248,8 +248,8 @@ fn a_pinned_storage_key_holds_the_tpm_to_the_key_it_sealed_under() {
 /// Nodes lose power. A power cut (swtpm killed: no TPM2_Shutdown) after a use of a key subject
 /// to dictionary-attack protection counts as a failed authorization; at swtpm's 3 the TPM
 /// refuses them all, and a node could no longer open its state disk. The image's keys have
-/// noDA: cuts after unseals and quotes count nothing, while one cut after a use of systemd
-/// 252's storage key counts one.
+/// noDA: cuts after unseals and quotes count nothing, while each cut after a use of systemd
+/// 252's storage key counts one, and three lock that key out.
 #[test]
 fn power_cuts_after_unseals_and_quotes_never_lock_the_tpm_out() {
     let dir = tempfile::tempdir().unwrap();
@@ -272,19 +272,26 @@ fn power_cuts_after_unseals_and_quotes_never_lock_the_tpm_out() {
         assert_eq!(unseal(&mut t, &object).unwrap().as_bytes(), secret);
         crate::quote(&mut t, &[1; 32]).unwrap();
     }
-    {
+    // systemd 252's storage key, used and cut three times: locked out, and the error says so.
+    for tries in 0..3 {
         let sw = Swtpm::start(dir.path()).unwrap();
         let mut t = sw.connect().unwrap();
+        assert_eq!(crate::lockout(&mut t).unwrap().failed_tries, tries);
         let key = create_storage_key(&mut t, PrimaryAlg::Ecc, Srk::Systemd252).unwrap();
         let _ = load(&mut t, key.handle, &sealed.blob);
     }
     let sw = Swtpm::start(dir.path()).unwrap();
-    assert_eq!(
-        crate::lockout(&mut sw.connect().unwrap())
-            .unwrap()
-            .failed_tries,
-        1
+    let mut t = sw.connect().unwrap();
+    assert_eq!(crate::lockout(&mut t).unwrap().failed_tries, 3);
+    let key = create_storage_key(&mut t, PrimaryAlg::Ecc, Srk::Systemd252).unwrap();
+    let refused = load(&mut t, key.handle, &sealed.blob).unwrap_err();
+    assert!(
+        matches!(refused, TpmError::Response { rc: 0x921, .. })
+            && refused.to_string().contains("TPM_RC_LOCKOUT"),
+        "{refused}"
     );
+    // The image's keys are not subject to it: the state disk still opens.
+    assert_eq!(unseal(&mut t, &object).unwrap().as_bytes(), secret);
 }
 
 #[test]
