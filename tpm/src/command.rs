@@ -195,6 +195,14 @@ impl Command {
         }
     }
 
+    /// The first of the response's handles (the object or session the command made).
+    pub(crate) fn first_handle(&self, handles: Vec<u32>) -> Result<u32, TpmError> {
+        handles
+            .first()
+            .copied()
+            .ok_or_else(|| self.malformed("no handle".into()))
+    }
+
     pub(crate) fn malformed(&self, reason: String) -> TpmError {
         TpmError::Malformed {
             command: self.name,

@@ -161,14 +161,12 @@ fn create_encrypted<T: Transport + ?Sized>(
     cmd: &mut Command,
 ) -> Result<Vec<u8>, TpmError> {
     let mut session = SaltedSession::start(t, parent.handle, point, TPM_SE_HMAC)?;
-    let authorized = session.authorize(cmd.code, &[&parent.name], &mut cmd.params, DECRYPT);
-    let response = match authorized {
-        Ok(auth) => {
+    let response = session
+        .authorize(cmd.code, &[&parent.name], &mut cmd.params, DECRYPT)
+        .and_then(|auth| {
             cmd.auth = auth;
             cmd.exchange(t, 0)
-        }
-        Err(e) => Err(e),
-    };
+        });
     let response = match response {
         Ok(response) => response,
         Err(e) => {

@@ -170,9 +170,7 @@ impl SaltedSession {
     }
 
     fn mac(&self) -> HmacSha256 {
-        // HMAC takes a key of any length: this cannot fail.
-        <HmacSha256 as KeyInit>::new_from_slice(&self.key[..])
-            .unwrap_or_else(|_| unreachable!("HMAC accepts any key length"))
+        hmac_sha256(&self.key[..])
     }
 
     fn hmac(&self, parts: &[&[u8]]) -> [u8; DIGEST] {
@@ -210,9 +208,7 @@ pub(crate) fn start_auth_session<T: Transport + ?Sized>(
         params,
     };
     let (handles, params) = cmd.run(t, 1)?;
-    let handle = *handles
-        .first()
-        .ok_or_else(|| cmd.malformed("no handle".into()))?;
+    let handle = cmd.first_handle(handles)?;
     let nonce_tpm = Reader::new(&params)
         .tpm2b("nonceTPM")
         .map_err(|e| cmd.parse_error(e))?
@@ -231,11 +227,17 @@ fn first_tpm2b(params: &mut [u8]) -> &mut [u8] {
     params.get_mut(2..end).unwrap_or_default()
 }
 
+/// HMAC-SHA-256 keyed with `key`.
+fn hmac_sha256(key: &[u8]) -> HmacSha256 {
+    // HMAC takes a key of any length: this cannot fail.
+    <HmacSha256 as KeyInit>::new_from_slice(key)
+        .unwrap_or_else(|_| unreachable!("HMAC accepts any key length"))
+}
+
 /// SP 800-108 counter-mode KDF with HMAC-SHA-256, as the TPM's KDFa (Part 1, §11.4.10.2),
 /// for 256 bits: HMAC(key, [1]₃₂ ‖ label ‖ 0 ‖ contextU ‖ contextV ‖ [256]₃₂).
 pub(crate) fn kdfa(key: &[u8], label: &[u8], u: &[u8], v: &[u8]) -> Zeroizing<[u8; DIGEST]> {
-    let mut mac = <HmacSha256 as KeyInit>::new_from_slice(key)
-        .unwrap_or_else(|_| unreachable!("HMAC accepts any key length"));
+    let mut mac = hmac_sha256(key);
     mac.update(&1u32.to_be_bytes());
     mac.update(label);
     mac.update(&[0]);

@@ -14,11 +14,11 @@
 //!    values the object was sealed to (its authPolicy).
 //!
 //! As systemd does, the policy session is salted with the storage key and TPM2_Unseal's
-//! response is encrypted (the crate's `session` module): the secret crosses the bus between CPU and TPM
-//! as ciphertext, and a response altered on the way is refused (its HMAC does not verify).
-//! With an RSA storage key (TPMs without ECC, which the PC Client profile requires) the
-//! session is not salted and the secret crosses in the clear; this client does not implement
-//! RSA-OAEP salting.
+//! response is encrypted (the crate's `session` module): the secret crosses the bus between
+//! CPU and TPM as ciphertext, and a response altered on the way is refused (its HMAC does not
+//! verify). With an RSA storage key (a TPM without ECC, which the PC Client profile requires
+//! every TPM to have) the session is not salted and the secret crosses in the clear; this
+//! client does not implement RSA-OAEP salting.
 
 use crate::command::{create_primary, flush_context, Auth, Command};
 use crate::session::{ecc_point, start_auth_session, EccPoint, SaltedSession, ENCRYPT};
@@ -358,7 +358,7 @@ pub(crate) fn create_storage_key<T: Transport + ?Sized>(
 ) -> Result<StorageKey, TpmError> {
     let cmd = create_primary(TPM_RH_OWNER, &storage_key_template(alg, srk));
     let (handles, params) = cmd.run(t, 1)?;
-    let handle = first_handle(&cmd, handles)?;
+    let handle = cmd.first_handle(handles)?;
     match storage_key_public(&params) {
         Ok((public, point, name)) => Ok(StorageKey {
             handle,
@@ -407,7 +407,7 @@ fn load<T: Transport + ?Sized>(
         params: blob.to_vec(),
     };
     let (handles, params) = cmd.run(t, 1)?;
-    let handle = first_handle(&cmd, handles)?;
+    let handle = cmd.first_handle(handles)?;
     match Reader::new(&params).tpm2b("name") {
         Ok(name) => Ok((handle, name.to_vec())),
         Err(e) => {
@@ -447,13 +447,6 @@ pub(crate) fn policy_pcr<T: Transport + ?Sized>(
     }
     .run(t, 0)
     .map(drop)
-}
-
-fn first_handle(cmd: &Command, handles: Vec<u32>) -> Result<u32, TpmError> {
-    handles
-        .first()
-        .copied()
-        .ok_or_else(|| cmd.malformed("no handle".into()))
 }
 
 #[cfg(test)]
