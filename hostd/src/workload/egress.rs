@@ -525,6 +525,11 @@ pub fn remove_script(n: &Names, lease_addr: Option<Ipv4Addr>) -> String {
 
 /// Runs `program args`, feeding `stdin` if given; a non-zero exit is an error carrying the
 /// command line and its stderr.
+///
+/// The child gets a process group of its own: Ctrl-C at the terminal of a `hostd dev` signals
+/// the terminal's whole foreground group, and an `ip` or `nft` killed by it half way through
+/// the shutdown's cleanup would leave a lease's namespace or rules behind. hostd alone decides
+/// when its children stop (`kill_on_drop`).
 pub(crate) async fn run(
     program: &str,
     args: &[&str],
@@ -541,6 +546,7 @@ pub(crate) async fn run(
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
+        .process_group(0)
         .spawn()
         .map_err(spawn_err)?;
     if let Some(mut pipe) = child.stdin.take() {

@@ -819,3 +819,12 @@ async fn leases_cannot_reach_each_other_even_when_allowed_everywhere() {
     fw.remove(&a).await.unwrap();
     fw.remove(&b).await.unwrap();
 }
+
+/// Ctrl-C at a `hostd dev` terminal signals the terminal's foreground group: the `ip` and
+/// `nft` of a shutdown's cleanup must not be in it. Each leads a group of its own (its process
+/// group, field 5 of /proc/PID/stat, is its own PID).
+#[tokio::test]
+async fn commands_run_outside_hostds_process_group() {
+    let script = r#"test "$(cut -d' ' -f5 /proc/$$/stat)" = $$"#;
+    run("sh", &["-c", script], None).await.unwrap();
+}

@@ -12,6 +12,7 @@
 
 use std::fs::{self, File};
 use std::io;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -48,17 +49,19 @@ fn io_err(what: &'static str, path: &Path) -> impl FnOnce(io::Error) -> VolumeEr
     move |source| VolumeError::Io { what, path, source }
 }
 
-/// Runs `tool args`; its failure as a [`VolumeError`] that says which tool and why.
+/// Runs `tool args`; its failure as a [`VolumeError`] that says which tool and why. The tool
+/// runs in a process group of its own, so that Ctrl-C at a `hostd dev` terminal does not stop
+/// a `cryptsetup close` of the shutdown half way (see `egress::run`).
 fn run(tool: &'static str, package: &'static str, args: &[&Path]) -> Result<(), VolumeError> {
-    let out =
-        Command::new(tool)
-            .args(args)
-            .output()
-            .map_err(|source| VolumeError::MissingTool {
-                tool,
-                package,
-                source,
-            })?;
+    let out = Command::new(tool)
+        .args(args)
+        .process_group(0)
+        .output()
+        .map_err(|source| VolumeError::MissingTool {
+            tool,
+            package,
+            source,
+        })?;
     if out.status.success() {
         return Ok(());
     }
@@ -206,5 +209,14 @@ mod tests {
             }
         ));
         assert!(err.to_string().contains("no-such-tool-here"), "{err}");
+    }
+
+    /// A tool in hostd's own process group would get the Ctrl-C of a `hostd dev` terminal:
+    /// each leads a group of its own (its process group, field 5 of /proc/PID/stat, is its own
+    /// PID), or the script fails.
+    #[test]
+    fn tools_run_outside_hostds_process_group() {
+        let script = Path::new(r#"test "$(cut -d' ' -f5 /proc/$$/stat)" = $$"#);
+        run("sh", "dash", &[Path::new("-c"), script]).unwrap();
     }
 }
