@@ -191,7 +191,14 @@ fn configure_root(spec: &BuildSpec, root: &Path) -> Result<Vec<u8>, BuildError> 
         0o644,
     )?;
     install_files(spec, root)?;
+    write_file(
+        root,
+        "usr/lib/sysusers.d/sovereign-udev.conf",
+        UDEV_GROUPS.as_bytes(),
+        0o644,
+    )?;
     rootfs::sysusers(root, spec.epoch)?;
+    rootfs::check_udev_groups(root)?;
     rootfs::ldconfig(root)?;
     rootfs::enable_units(
         root,
@@ -237,6 +244,12 @@ fn configure_root(spec: &BuildSpec, root: &Path) -> Result<Vec<u8>, BuildError> 
     Ok(kernel)
 }
 
+/// The groups udev's rules give devices to, which Debian's udev makes in its maintainer
+/// script (`addgroup --system`), not in a sysusers.d file: without them udevd warns of each
+/// rule at every boot and leaves those devices to root's group.
+const UDEV_GROUPS: &str = "# What udev's postinst makes (addgroup --system), for udev's rules.\n\
+                           g input -\ng sgx -\ng kvm -\ng render -\n";
+
 fn read(path: &Path) -> Result<Vec<u8>, TreeError> {
     std::fs::read(path).map_err(io(path))
 }
@@ -252,7 +265,8 @@ fn install_hostd(spec: &BuildSpec, root: &Path) -> Result<(), BuildError> {
     Ok(rootfs::install_stripped(&spec.hostd, &root.join(HOSTD))?)
 }
 
-/// Where the root has `sovereign-init`, for its `pcrphase` and `open-state` modes.
+/// Where the root has `sovereign-init`, for its `pcrphase`, `open-state` and `provision`
+/// modes.
 const ROOT_INIT_COPY: &str = "usr/lib/sovereign-host/sovereign-init";
 
 /// The units that measure the root's boot phases, with the phase each measures as it starts
@@ -751,5 +765,23 @@ mod tests {
         }
         let started: Vec<&str> = PCRPHASE_UNITS.iter().map(|(_, s, _)| *s).collect();
         assert_eq!(started, crate::measure::BOOT_PHASES[2..]);
+    }
+
+    /// The provisioning unit (a file of the image, not written here) runs the root's copy of
+    /// `sovereign-init`, and only while the state disk lacks the config it copies.
+    #[test]
+    fn the_provisioning_unit_runs_the_roots_sovereign_init() {
+        let unit = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("files/sovereign-provision.service"),
+        )
+        .unwrap();
+        assert!(
+            unit.contains(&format!("\nExecStart=/{ROOT_INIT_COPY} provision\n")),
+            "{unit}"
+        );
+        use sovereign_init::provision::{CONFIG, PROVISIONED};
+        assert!(unit.contains(&format!(
+            "\nConditionPathExists=!/var/lib/hostd/{PROVISIONED}/{CONFIG}\n"
+        )));
     }
 }

@@ -2,15 +2,17 @@
 //! certificate and key, its node identity key, its enrollment certificate, its config and the
 //! signed residency policy). The operator writes these into a small ext4 disk labelled
 //! `SOVPROVISION`, attaches it for the first boot (virtual media on a server's BMC, a disk
-//! under qemu), and `sovereign-provision.service` copies its `node/` folder onto the state disk
-//! once; the disk can then be removed. docs/image.md says why the node key is made off the
-//! node and how to do it safely.
+//! under qemu), and the node copies its `node/` folder onto the state disk once
+//! (`sovereign_init::provision`, in the initrd or in `sovereign-provision.service`); the disk
+//! can then be removed. docs/image.md says why the node key is made off the node and how to
+//! do it safely.
 
 use crate::rootfs::{run, TreeError};
 use std::path::Path;
 use std::process::Command;
 
-/// The file system label `sovereign-provision.service` mounts the provisioning disk by.
+/// The file system label the node finds its provisioning disk by (`sovereign-init`'s, which a
+/// test holds this to).
 pub const LABEL: &str = "SOVPROVISION";
 
 /// Makes `out` (a new raw disk image of `size_mib`) holding `from` as its `node/` folder.
@@ -32,4 +34,13 @@ fn tempfile_dir(out: &Path) -> Result<std::path::PathBuf, TreeError> {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(crate::rootfs::io(&dir))?;
     Ok(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    /// The disk the operator makes is the one the node looks for.
+    #[test]
+    fn the_label_is_the_one_the_node_finds() {
+        assert_eq!(super::LABEL, sovereign_init::provision::LABEL);
+    }
 }

@@ -6,6 +6,7 @@
 //! inside it (no chroot), so no package script can run and nothing depends on the host's own
 //! configuration beyond the tools named in docs/image.md.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -285,6 +286,40 @@ pub fn sysusers(root: &Path, epoch: u64) -> Result<(), TreeError> {
     .map(|_| ())
 }
 
+/// Checks that every group udev's rules give devices to (`GROUP="…"`) is in the tree's
+/// `etc/group`: a rule whose group is missing leaves its devices to root's group and has
+/// udevd warn at every boot, and no maintainer script runs here to make it.
+pub fn check_udev_groups(root: &Path) -> Result<(), TreeError> {
+    let group = root.join("etc/group");
+    let groups = std::fs::read_to_string(&group).map_err(io(&group))?;
+    let known: BTreeSet<&str> = groups.lines().filter_map(|l| l.split(':').next()).collect();
+    let rules = root.join("usr/lib/udev/rules.d");
+    for name in sorted_entries(&rules)? {
+        let path = rules.join(name);
+        let text = std::fs::read_to_string(&path).map_err(io(&path))?;
+        let missing = rule_groups(&text).find(|g| !known.contains::<str>(g));
+        if let Some(missing) = missing {
+            return Err(TreeError::Missing(format!(
+                "the group {missing:?} that {} gives devices to (add it to UDEV_GROUPS)",
+                path.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The groups `GROUP="…"` (or `GROUP:="…"`) assignments in udev rules name.
+fn rule_groups(text: &str) -> impl Iterator<Item = &str> {
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .flat_map(|l| l.split(','))
+        .filter_map(|field| {
+            let (key, value) = field.split_once('=')?;
+            (key.trim().trim_end_matches(':') == "GROUP").then(|| value.trim().trim_matches('"'))
+        })
+        .filter(|g| !g.is_empty() && !g.contains('$') && !g.contains('%'))
+}
+
 /// `ldconfig -r`: the dynamic linker's cache for the tree's libraries.
 pub fn ldconfig(root: &Path) -> Result<(), TreeError> {
     run(Command::new("ldconfig").arg("-r").arg(root)).map(|_| ())
@@ -308,4 +343,39 @@ fn systemctl_offline(root: &Path, verb: &str, units: &[&str]) -> Result<(), Tree
         .arg(verb)
         .args(units))
     .map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tree(group: &str, rules: &str) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("etc")).unwrap();
+        std::fs::create_dir_all(root.join("usr/lib/udev/rules.d")).unwrap();
+        std::fs::write(root.join("etc/group"), group).unwrap();
+        std::fs::write(
+            root.join("usr/lib/udev/rules.d/50-udev-default.rules"),
+            rules,
+        )
+        .unwrap();
+        dir
+    }
+
+    /// Lines as udev 252's own rules have them.
+    const RULES: &str = "# GROUP=\"commented\"\n\
+        SUBSYSTEM==\"input\", GROUP=\"input\"\n\
+        KERNEL==\"kvm\", GROUP=\"kvm\", MODE=\"0660\"\n\
+        SUBSYSTEM==\"sound\", GROUP:=\"audio\"\n\
+        ENV{ID_GROUP}==\"?*\", GROUP=\"$env{ID_GROUP}\"\n";
+
+    #[test]
+    fn every_group_udevs_rules_name_must_exist() {
+        let ok = tree("root:x:0:\naudio:x:29:\ninput:x:999:\nkvm:x:998:\n", RULES);
+        check_udev_groups(ok.path()).unwrap();
+        let missing = tree("root:x:0:\naudio:x:29:\ninput:x:999:\n", RULES);
+        let err = check_udev_groups(missing.path()).unwrap_err();
+        assert!(err.to_string().contains("\"kvm\""), "{err}");
+    }
 }

@@ -1,14 +1,16 @@
 //! The initrd's one job, in order: the kernel's filesystems, the boot modules, `enter-initrd`,
 //! the root's two devices by their UUIDs, the verity device over them, the root mounted
-//! read-only, `leave-initrd`, `/var` and the state disk, and the switch into the root's
-//! `/sbin/init` (systemd). Each step's failure is an [`InitError`] naming what it was doing;
-//! `main` prints it and powers the node off, as the root's systemd does with a failed boot.
+//! read-only, `leave-initrd`, `/var` and the state disk (with, on the first boot, the copy of
+//! the provisioning disk), and the switch into the root's `/sbin/init` (systemd). Each step's
+//! failure is an [`InitError`] naming what it was doing; `main` prints it and powers the node
+//! off, as the root's systemd does with a failed boot.
 
 use crate::cmdline::{self, CmdlineError, Device, RootSpec};
 use crate::dm::{Control, DmError};
 use crate::kmod::{self, KmodError, Loaded};
 use crate::phase::{self, PhaseError, Phases};
 use crate::probe::{self, Signature, PROBE_LEN};
+use crate::provision;
 use crate::state::{self, StateError};
 use crate::verity::{self, DevNum, VerityError};
 use rustix::mount::{mount, mount_move, MountFlags};
@@ -277,7 +279,41 @@ fn open_state(spec: &RootSpec, say: &dyn Fn(&str)) -> Result<(), InitError> {
     let tpm = Path::new(tpm::DEFAULT_DEVICE);
     let (mapped, created) = state::open_or_create(&part, sysroot, tpm, DEVICE_WAIT)?;
     say(&state_opened(&part.node, &mapped, created));
+    provision_in_initrd(sysroot, say);
     Ok(())
+}
+
+/// The first boot's copy of the provisioning disk, when the initrd sees the disk. What goes
+/// wrong here is printed and left to the root's `sovereign-provision.service`, which tries
+/// again (and waits for a disk that shows late); without the copy hostd does not start.
+fn provision_in_initrd(sysroot: &Path, say: &dyn Fn(&str)) {
+    let places = provision::Places {
+        state: sysroot.join(state::STATE_DIR),
+        mount_at: PathBuf::from("/provision"),
+        class: PathBuf::from("/sys/class/block"),
+        dev: PathBuf::from("/dev"),
+    };
+    match provision::provision(&places, Duration::ZERO) {
+        Ok(provision::Provisioned::Already) => {}
+        Ok(done) => say(&done.to_string()),
+        Err(e) => eprintln!(
+            "sovereign-init: the provisioning disk: {} (left to the root)",
+            attest::report::report(&e)
+        ),
+    }
+}
+
+/// `sovereign-init provision`, in the root (`sovereign-provision.service`): the first boot's
+/// copy of the provisioning disk onto the mounted state disk, when the initrd did not make
+/// it. Waits for the disk as for the root's devices.
+pub fn provision_in_root() -> Result<provision::Provisioned, provision::ProvisionError> {
+    let places = provision::Places {
+        state: Path::new("/").join(state::STATE_DIR),
+        mount_at: PathBuf::from("/run/provision"),
+        class: PathBuf::from("/sys/class/block"),
+        dev: PathBuf::from("/dev"),
+    };
+    provision::provision(&places, DEVICE_WAIT)
 }
 
 /// What became of the state disk, for the console (initrd) or the journal (root).

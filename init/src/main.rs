@@ -1,11 +1,12 @@
 //! `/init` of the image's initrd (see the library's documentation). Runs only as PID 1: it
 //! mounts, loads modules and replaces the root, which on any other process would be harm.
 //!
-//! The root has a copy too, for two other jobs: `sovereign-init pcrphase <phase>` measures
+//! The root has a copy too, for three other jobs: `sovereign-init pcrphase <phase>` measures
 //! the root's boot phases into PCR 11 in place of `systemd-pcrphase` (see
-//! `sovereign_init::phase::measure_root_phase`), and `sovereign-init open-state [device]`
-//! makes and opens the state disk on a first boot that the initrd left to the root (see
-//! `sovereign_init::boot::open_state_in_root`).
+//! `sovereign_init::phase::measure_root_phase`), `sovereign-init open-state [device]` makes
+//! and opens the state disk on a first boot that the initrd left to the root (see
+//! `sovereign_init::boot::open_state_in_root`), and `sovereign-init provision` copies the
+//! provisioning disk on a first boot whose initrd did not (see `sovereign_init::provision`).
 
 #![deny(unsafe_code)]
 
@@ -16,6 +17,7 @@ fn main() {
     match args.as_slice() {
         [mode, phase] if mode == "pcrphase" => std::process::exit(pcrphase(phase)),
         [mode] if mode == "open-state" => std::process::exit(open_state(None)),
+        [mode] if mode == "provision" => std::process::exit(provision()),
         [mode, device] if mode == "open-state" => {
             std::process::exit(open_state(Some(std::path::Path::new(device))))
         }
@@ -24,7 +26,8 @@ fn main() {
     if std::process::id() != 1 {
         eprintln!(
             "sovereign-init: this is the image's initrd init; it runs only as PID 1 \
-             (or as `sovereign-init pcrphase <phase>` or `sovereign-init open-state [device]`)"
+             (or as `sovereign-init pcrphase <phase>`, `sovereign-init open-state [device]` \
+             or `sovereign-init provision`)"
         );
         std::process::exit(2);
     }
@@ -62,6 +65,21 @@ fn open_state(device: Option<&std::path::Path>) -> i32 {
                 "{}",
                 sovereign_init::boot::state_opened(&part, &mapped, created)
             );
+            0
+        }
+        Err(e) => {
+            eprintln!("sovereign-init: {}", attest::report::report(&e));
+            1
+        }
+    }
+}
+
+/// Copies the provisioning disk onto the state disk, unless it was; the exit status and a
+/// line for the journal say how it went.
+fn provision() -> i32 {
+    match sovereign_init::boot::provision_in_root() {
+        Ok(done) => {
+            println!("{done}");
             0
         }
         Err(e) => {

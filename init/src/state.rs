@@ -49,7 +49,7 @@ pub const MODULES: &[&str] = &["dm_crypt", "xts", "ecb", "aesni_intel", "ext4"];
 /// `/var` inside the root: memory, as the image has always had it.
 const VAR: &str = "var";
 /// The state disk's mount point inside the root.
-const STATE_DIR: &str = "var/lib/hostd";
+pub(crate) const STATE_DIR: &str = "var/lib/hostd";
 /// The only data segment layout this writes and opens (as `repart` wrote it).
 const CIPHER: &str = "aes-xts-plain64";
 const SECTOR: u64 = 512;
