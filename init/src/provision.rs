@@ -182,7 +182,7 @@ pub fn find_disk(class: &Path, dev: &Path) -> Result<Option<PathBuf>, ProvisionE
     let mut found: Option<PathBuf> = None;
     for name in names {
         let node = dev.join(&name);
-        if !has_label(&node) {
+        if suspended(&class.join(&name)) || !has_label(&node) {
             continue;
         }
         if let Some(first) = found {
@@ -194,6 +194,12 @@ pub fn find_disk(class: &Path, dev: &Path) -> Result<Option<PathBuf>, ProvisionE
         found = Some(node);
     }
     Ok(found)
+}
+
+/// Whether `sys` (a block device's sysfs folder) is a suspended device-mapper device, whose
+/// reads would wait until it is resumed (libblkid passes over these too).
+fn suspended(sys: &Path) -> bool {
+    fs::read_to_string(sys.join("dm/suspended")).is_ok_and(|s| s.trim() == "1")
 }
 
 /// Whether the device's ext4 superblock carries [`LABEL`]; false for what cannot be read.

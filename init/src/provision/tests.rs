@@ -8,6 +8,7 @@ fn ext4_image(path: &Path, label: &str) {
         .args(["-q", "-F", "-L", label])
         .arg(path)
         .arg("4M")
+        .stdout(std::process::Stdio::null())
         .status()
         .expect("mkfs.ext4 (e2fsprogs)");
     assert!(status.success());
@@ -53,8 +54,12 @@ fn the_one_labelled_disk_is_found_and_two_are_refused() {
         dir.path(),
         &[("vda", None), ("vdb", Some("state")), ("vdc", Some(LABEL))],
     );
-    // A listed device without a node is passed over, as one that cannot be read.
+    // A listed device without a node is passed over, as one that cannot be read, and so is
+    // a suspended device-mapper device (its reads would wait), whatever it holds.
     fs::create_dir(class.join("vdz")).unwrap();
+    fs::create_dir_all(class.join("dm-0/dm")).unwrap();
+    fs::write(class.join("dm-0/dm/suspended"), "1\n").unwrap();
+    ext4_image(&dev.join("dm-0"), LABEL);
     assert_eq!(find_disk(&class, &dev).unwrap(), Some(dev.join("vdc")));
     ext4_image(&dev.join("vda"), LABEL);
     let err = find_disk(&class, &dev).unwrap_err();
