@@ -71,8 +71,20 @@ fn netns_listed(name: &str) -> bool {
         .any(|l| l.split_whitespace().next() == Some(name))
 }
 
-/// Removes a lease's network on drop, even when the test failed half-way.
+/// Removes a lease's network on drop, even when the test failed half-way: its masquerade
+/// element too, by the address read from its namespace before that goes.
 struct LeaseGuard(Names);
+
+/// The IPv4 address (not loopback) inside the network namespace `netns`, if any.
+fn netns_addr(netns: &str) -> Option<Ipv4Addr> {
+    let (_, out) = sh("ip", &["-n", netns, "-4", "-o", "addr", "show"]);
+    let words: Vec<&str> = out.split_whitespace().collect();
+    words
+        .windows(2)
+        .filter(|w| w[0] == "inet")
+        .filter_map(|w| w[1].split('/').next()?.parse::<Ipv4Addr>().ok())
+        .find(|a| !a.is_loopback())
+}
 
 impl LeaseGuard {
     fn new(lease: &str) -> LeaseGuard {
@@ -82,6 +94,7 @@ impl LeaseGuard {
 
 impl Drop for LeaseGuard {
     fn drop(&mut self) {
+        let addr = netns_addr(&self.0.netns);
         let _ = sh("ip", &["link", "del", &self.0.host_if]);
         let _ = sh("ip", &["netns", "del", &self.0.netns]);
         let mut child = StdCommand::new("nft")
@@ -89,7 +102,7 @@ impl Drop for LeaseGuard {
             .stdin(Stdio::piped())
             .spawn()
             .unwrap();
-        let script = remove_script(&self.0, None);
+        let script = remove_script(&self.0, addr);
         let _ = child.stdin.take().unwrap().write_all(script.as_bytes());
         let _ = child.wait();
     }
