@@ -267,6 +267,13 @@ pub const LEFT_OUT: &[&str] = &[
     "usr/lib/systemd/system/multi-user.target.wants/systemd-user-sessions.service",
     "usr/lib/systemd/system/graphical.target.wants/systemd-update-utmp-runlevel.service",
     "usr/lib/systemd/system/sockets.target.wants/systemd-initctl.socket",
+    // Boot-time files for what the node has not: root's SSH keys, /etc/hosts and login
+    // banners written from credentials (no sshd, no login, and a read-only root, where each
+    // write failed with an error in every boot's journal), X11's sockets, and the copy-on-write
+    // flag of a persistent journal. systemd-tmpfiles runs on the path to sysinit.target.
+    "usr/lib/tmpfiles.d/provision.conf",
+    "usr/lib/tmpfiles.d/x11.conf",
+    "usr/lib/tmpfiles.d/journal-nocow.conf",
 ];
 
 /// Removes [`LEFT_OUT`] from the tree.
