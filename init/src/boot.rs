@@ -287,12 +287,7 @@ fn open_state(spec: &RootSpec, say: &dyn Fn(&str)) -> Result<(), InitError> {
 /// wrong here is printed and left to the root's `sovereign-provision.service`, which tries
 /// again (and waits for a disk that shows late); without the copy hostd does not start.
 fn provision_in_initrd(sysroot: &Path, say: &dyn Fn(&str)) {
-    let places = provision::Places {
-        state: sysroot.join(state::STATE_DIR),
-        mount_at: PathBuf::from("/provision"),
-        class: PathBuf::from("/sys/class/block"),
-        dev: PathBuf::from("/dev"),
-    };
+    let places = provision::Places::in_root(sysroot, "/provision");
     match provision::provision(&places, Duration::ZERO) {
         Ok(provision::Provisioned::Already) => {}
         Ok(done) => say(&done.to_string()),
@@ -307,12 +302,7 @@ fn provision_in_initrd(sysroot: &Path, say: &dyn Fn(&str)) {
 /// copy of the provisioning disk onto the mounted state disk, when the initrd did not make
 /// it. Waits for the disk as for the root's devices.
 pub fn provision_in_root() -> Result<provision::Provisioned, provision::ProvisionError> {
-    let places = provision::Places {
-        state: Path::new("/").join(state::STATE_DIR),
-        mount_at: PathBuf::from("/run/provision"),
-        class: PathBuf::from("/sys/class/block"),
-        dev: PathBuf::from("/dev"),
-    };
+    let places = provision::Places::in_root(Path::new("/"), "/run/provision");
     provision::provision(&places, DEVICE_WAIT)
 }
 

@@ -147,6 +147,19 @@ pub struct Places {
     pub dev: PathBuf,
 }
 
+impl Places {
+    /// The places of a root mounted at `root` (`/sysroot` in the initrd, `/` after it), with
+    /// the disk mounted at `mount_at` and the kernel's own sysfs and devtmpfs.
+    pub fn in_root(root: &Path, mount_at: &str) -> Places {
+        Places {
+            state: root.join(crate::state::STATE_DIR),
+            mount_at: PathBuf::from(mount_at),
+            class: PathBuf::from("/sys/class/block"),
+            dev: PathBuf::from("/dev"),
+        }
+    }
+}
+
 /// Copies the provisioning disk's `node/` folder onto the state disk unless the state disk
 /// has the node's config already. Waits up to `wait` for the disk; with a zero `wait` (the
 /// initrd), no disk is [`Provisioned::NoDisk`], after a wait it is an error.

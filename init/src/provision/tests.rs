@@ -175,3 +175,13 @@ fn an_existing_provisioned_folder_is_not_overwritten() {
     assert!(state.join(PROVISIONED).join("state").is_dir());
     assert!(!state.join(PROVISIONED).join(CONFIG).exists());
 }
+
+#[test]
+fn the_state_disk_is_where_the_initrd_and_the_root_mount_it() {
+    let initrd = Places::in_root(Path::new("/sysroot"), "/provision");
+    assert_eq!(initrd.state, Path::new("/sysroot/var/lib/hostd"));
+    assert_eq!(initrd.mount_at, Path::new("/provision"));
+    let root = Places::in_root(Path::new("/"), "/run/provision");
+    assert_eq!(root.state, Path::new("/var/lib/hostd"));
+    assert_eq!(root.class, Path::new("/sys/class/block"));
+}
