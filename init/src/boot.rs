@@ -9,7 +9,7 @@ use crate::cmdline::{self, CmdlineError, Device, RootSpec};
 use crate::dm::{Control, DmError};
 use crate::kmod::{self, KmodError, Loaded};
 use crate::phase::{self, PhaseError, Phases};
-use crate::probe::{self, Signature, PROBE_LEN};
+use crate::probe::{self, Signature};
 use crate::provision;
 use crate::state::{self, StateError};
 use crate::verity::{self, DevNum, VerityError};
@@ -390,11 +390,9 @@ fn scan_block_devices() -> BTreeMap<String, PathBuf> {
     };
     for entry in entries.flatten() {
         let node = Path::new("/dev").join(entry.file_name());
-        let mut head = vec![0u8; PROBE_LEN];
-        let read = std::fs::File::open(&node).and_then(|mut f| f.read_exact(&mut head));
-        if read.is_err() {
+        let Some(head) = probe::read_head(&node) else {
             continue;
-        }
+        };
         if let Some(sig @ (Signature::Erofs(_) | Signature::Verity(_))) = probe::identify(&head) {
             found.insert(sig.uuid(), node);
         }

@@ -3,7 +3,10 @@
 //! so the `/dev/disk/by-uuid/` names the command line uses are resolved here, from the same
 //! superblock fields libblkid reads.
 
-/// How many bytes of a device [`identify`] needs.
+use std::io::Read;
+use std::path::Path;
+
+/// How many bytes of a device [`identify`] and [`ext4_label`] need.
 pub const PROBE_LEN: usize = 4096;
 
 /// erofs: `EROFS_SUPER_OFFSET`, its magic (little-endian `0xE0F5E1E2`) and the offset of its
@@ -43,6 +46,34 @@ pub fn identify(head: &[u8]) -> Option<Signature> {
         return uuid_at(head, EROFS_OFFSET + EROFS_UUID).map(Signature::Erofs);
     }
     None
+}
+
+/// A block device's first [`PROBE_LEN`] bytes; none for a device that cannot be read (no
+/// medium, an unbound loop device, one shorter than that).
+pub fn read_head(node: &Path) -> Option<Vec<u8>> {
+    let mut head = vec![0u8; PROBE_LEN];
+    let mut device = std::fs::File::open(node).ok()?;
+    device.read_exact(&mut head).ok()?;
+    Some(head)
+}
+
+/// ext4's superblock: 1024 bytes in, its magic (`0xEF53`, little-endian) at 0x38 and its
+/// 16-byte volume name at 0x78, as libblkid reads them.
+const EXT4_SUPER: usize = 1024;
+const EXT4_MAGIC_AT: usize = 0x38;
+const EXT4_MAGIC: [u8; 2] = [0x53, 0xef];
+const EXT4_LABEL_AT: usize = 0x78;
+
+/// The volume name in an ext4 superblock (`head`: a device's first bytes), without its NUL
+/// padding; none if `head` is not ext4. The provisioning disk is found by it.
+pub fn ext4_label(head: &[u8]) -> Option<&[u8]> {
+    let sb = head.get(EXT4_SUPER..EXT4_SUPER + 1024)?;
+    if sb.get(EXT4_MAGIC_AT..EXT4_MAGIC_AT + 2)? != EXT4_MAGIC {
+        return None;
+    }
+    let name = sb.get(EXT4_LABEL_AT..EXT4_LABEL_AT + 16)?;
+    let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+    Some(&name[..end])
 }
 
 fn uuid_at(head: &[u8], at: usize) -> Option<[u8; 16]> {

@@ -13,10 +13,10 @@
 //! and folder is synced, and only then is it renamed (a power cut seconds after a first boot
 //! once left empty files behind a completed rename: ext4 writes file data late).
 
-use crate::probe::PROBE_LEN;
+use crate::probe;
 use rustix::mount::{mount, unmount, MountFlags, UnmountFlags};
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read};
+use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -29,13 +29,6 @@ pub const NODE_DIR: &str = "node";
 pub const PROVISIONED: &str = "provisioned";
 /// The file whose presence says the node is provisioned (hostd's config).
 pub const CONFIG: &str = "hostd.toml";
-
-/// ext4's superblock: 1024 bytes in, its magic (`0xEF53`, little-endian) at 0x38 and its
-/// 16-byte volume name at 0x78, as libblkid reads them.
-const EXT4_SUPER: usize = 1024;
-const EXT4_MAGIC_AT: usize = 0x38;
-const EXT4_MAGIC: [u8; 2] = [0x53, 0xef];
-const EXT4_LABEL_AT: usize = 0x78;
 
 /// Why the node's material could not be copied.
 #[derive(Debug, thiserror::Error)]
@@ -217,21 +210,7 @@ fn suspended(sys: &Path) -> bool {
 
 /// Whether the device's ext4 superblock carries [`LABEL`]; false for what cannot be read.
 fn has_label(node: &Path) -> bool {
-    let mut head = vec![0u8; PROBE_LEN];
-    let read = File::open(node).and_then(|mut f| f.read_exact(&mut head));
-    read.is_ok() && ext4_label(&head) == Some(LABEL.as_bytes())
-}
-
-/// The volume name in an ext4 superblock (`head`: a device's first bytes), without its NUL
-/// padding; none if `head` is not ext4.
-pub fn ext4_label(head: &[u8]) -> Option<&[u8]> {
-    let sb = head.get(EXT4_SUPER..EXT4_SUPER + 1024)?;
-    if sb.get(EXT4_MAGIC_AT..EXT4_MAGIC_AT + 2)? != EXT4_MAGIC {
-        return None;
-    }
-    let name = sb.get(EXT4_LABEL_AT..EXT4_LABEL_AT + 16)?;
-    let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
-    Some(&name[..end])
+    probe::read_head(node).is_some_and(|head| probe::ext4_label(&head) == Some(LABEL.as_bytes()))
 }
 
 /// Mounts `device` read-only, copies its `node/` folder, unmounts it (whatever the copy did).

@@ -1,4 +1,5 @@
 use super::*;
+use crate::probe::{ext4_label, read_head, PROBE_LEN};
 use std::os::unix::fs::symlink;
 use std::process::Command;
 
@@ -15,9 +16,7 @@ fn ext4_image(path: &Path, label: &str) {
 }
 
 fn head(path: &Path) -> Vec<u8> {
-    let mut head = vec![0u8; PROBE_LEN];
-    File::open(path).unwrap().read_exact(&mut head).unwrap();
-    head
+    read_head(path).unwrap()
 }
 
 #[test]
