@@ -40,44 +40,36 @@ fn main() {
     power_off();
 }
 
-/// Measures a phase of the root's boot; the exit status and a line for the journal say how
-/// it went.
+/// Measures a phase of the root's boot.
 fn pcrphase(phase: &str) -> i32 {
     let device = std::path::Path::new(tpm::DEFAULT_DEVICE);
-    match sovereign_init::phase::measure_root_phase(phase, device) {
-        Ok(()) => {
-            println!("extended PCR 11 with '{phase}' (SHA-256 bank)");
-            0
-        }
-        Err(e) => {
-            eprintln!("sovereign-init: {}", attest::report::report(&e));
-            1
-        }
-    }
+    let measured = sovereign_init::phase::measure_root_phase(phase, device);
+    exit_status(measured.map(|()| format!("extended PCR 11 with '{phase}' (SHA-256 bank)")))
 }
 
-/// Opens and mounts the state disk in the root; the exit status and a line for the journal
-/// say how it went.
+/// Opens and mounts the state disk in the root.
 fn open_state(device: Option<&std::path::Path>) -> i32 {
-    match sovereign_init::boot::open_state_in_root(device) {
-        Ok((part, mapped, created)) => {
-            println!(
-                "{}",
-                sovereign_init::boot::state_opened(&part, &mapped, created)
-            );
-            0
-        }
-        Err(e) => {
-            eprintln!("sovereign-init: {}", attest::report::report(&e));
-            1
-        }
-    }
+    let opened = sovereign_init::boot::open_state_in_root(device);
+    exit_status(
+        opened.map(|(part, mapped, created)| {
+            sovereign_init::boot::state_opened(&part, &mapped, created)
+        }),
+    )
 }
 
-/// Copies the provisioning disk onto the state disk, unless it was; the exit status and a
-/// line for the journal say how it went.
+/// Copies the provisioning disk onto the state disk, unless it was.
 fn provision() -> i32 {
-    match sovereign_init::boot::provision_in_root() {
+    exit_status(sovereign_init::boot::provision_in_root())
+}
+
+/// A root job's outcome as systemd sees it: a line for the journal (what was done on
+/// stdout, the error with its causes on stderr) and the exit status.
+fn exit_status<T, E>(outcome: Result<T, E>) -> i32
+where
+    T: std::fmt::Display,
+    E: std::error::Error + 'static,
+{
+    match outcome {
         Ok(done) => {
             println!("{done}");
             0
