@@ -398,15 +398,17 @@ impl Fixture {
             .count()
     }
 
-    /// The ESP of a UKI whose command line differs from the built one in one byte.
+    /// The ESP of a UKI whose command line differs from the built one in one byte: `quiet`
+    /// made `quieT`, as someone who wanted a talkative boot might. The initrd then prints
+    /// what it does, which the test reads to know when the initrd is done.
     pub(crate) fn tampered_esp(&self) -> PathBuf {
         let mut uki = std::fs::read(self.out.join("uki.efi")).expect("uki");
-        let needle = b"panic=10";
+        let needle = b" quiet loglevel=";
         let at = uki
             .windows(needle.len())
             .position(|w| w == needle)
-            .expect("panic=10 in the UKI's command line");
-        uki[at + needle.len() - 1] = b'9';
+            .expect("quiet in the UKI's command line");
+        uki[at + " quie".len()] = b'T';
         let path = self.work.join("tampered.efi");
         std::fs::write(&path, &uki).expect("tampered uki");
         let esp = self.work.join("tampered-esp.img");
@@ -552,8 +554,22 @@ impl Vm {
     /// Boots `esp` with the fixture's disks, `state` as the state disk and the fixture's TPM,
     /// and waits for hostd's readiness line.
     pub(crate) fn boot(fx: &Fixture, esp: &Path, state: &Path, label: &str) -> Vm {
+        Vm::boot_with(fx, esp, state, label, Provisioning::Attached)
+    }
+
+    /// [`Vm::boot`], with the provisioning disk attached as `provisioning` says.
+    pub(crate) fn boot_with(
+        fx: &Fixture,
+        esp: &Path,
+        state: &Path,
+        label: &str,
+        provisioning: Provisioning,
+    ) -> Vm {
         let started = Instant::now();
-        let mut vm = Vm::start(fx, esp, state, label);
+        let mut vm = Vm::start(fx, esp, state, label, provisioning);
+        if provisioning == Provisioning::AfterTheInitrd {
+            vm.attach_provisioning_disk_after_the_initrd(fx, label);
+        }
         let deadline = Instant::now() + BOOT_LIMIT;
         while !vm.console_text().contains("hostd ready") {
             if vm.has_exited() {
@@ -595,7 +611,7 @@ impl Vm {
         label: &str,
         window: Duration,
     ) -> String {
-        let mut vm = Vm::start(fx, esp, state, label);
+        let mut vm = Vm::start(fx, esp, state, label, Provisioning::Attached);
         let deadline = Instant::now() + window;
         while Instant::now() < deadline && !vm.has_exited() {
             std::thread::sleep(Duration::from_millis(250));
@@ -605,7 +621,13 @@ impl Vm {
         console
     }
 
-    fn start(fx: &Fixture, esp: &Path, state: &Path, label: &str) -> Vm {
+    fn start(
+        fx: &Fixture,
+        esp: &Path,
+        state: &Path,
+        label: &str,
+        provisioning: Provisioning,
+    ) -> Vm {
         // File names from the label, safe inside qemu's and swtpm's comma-separated options.
         let tag: String = label
             .chars()
@@ -673,7 +695,10 @@ impl Vm {
             .args(disk("root", &fx.out.join("root.erofs"), true, None))
             .args(disk("verity", &fx.out.join("root.verity"), true, None))
             .args(disk("state", state, false, Some("sovereign-state")))
-            .args(disk("prov", &fx.provision, true, None))
+            .args(match provisioning {
+                Provisioning::Attached => disk("prov", &fx.provision, true, None),
+                Provisioning::AfterTheInitrd => Vec::new(),
+            })
             .args([
                 "-netdev",
                 &format!(
@@ -705,6 +730,64 @@ impl Vm {
             ready_after: Duration::ZERO,
             monitor,
         }
+    }
+
+    /// Waits for the initrd to say it found no provisioning disk (which it says only when
+    /// the command line lacks `quiet`), then plugs the disk in, as virtual media that an
+    /// operator's BMC attaches late: `sovereign-provision.service` in the root must find it.
+    fn attach_provisioning_disk_after_the_initrd(&mut self, fx: &Fixture, label: &str) {
+        let deadline = Instant::now() + BOOT_LIMIT;
+        while !self.console_text().contains(NO_PROVISIONING_DISK) {
+            if self.has_exited() || Instant::now() > deadline {
+                panic!(
+                    "the initrd never said it left provisioning to the root ({label}):\n{}",
+                    self.console_tail()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        self.monitor_command(&format!(
+            "drive_add 0 if=none,id=prov,format=raw,readonly=on,file={}",
+            fx.provision.display()
+        ));
+        self.monitor_command("device_add virtio-blk-pci,drive=prov,id=prov-disk");
+        eprintln!("{label}: provisioning disk plugged in after the initrd");
+    }
+
+    /// Sends one command to qemu's human monitor and returns its answer, up to the next
+    /// prompt. A command qemu refuses fails the test with qemu's words.
+    fn monitor_command(&self, command: &str) -> String {
+        use std::io::{Read, Write};
+        let mut monitor = std::os::unix::net::UnixStream::connect(&self.monitor)
+            .unwrap_or_else(|e| panic!("qemu monitor {}: {e}", self.monitor.display()));
+        monitor
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("monitor timeout");
+        let prompt = |text: &[u8], count: usize| {
+            String::from_utf8_lossy(text).matches("(qemu)").count() >= count
+        };
+        let mut seen = Vec::new();
+        let mut chunk = [0u8; 4096];
+        for prompts in [1, 2] {
+            if prompts == 2 {
+                monitor
+                    .write_all(format!("{command}\n").as_bytes())
+                    .expect("monitor write");
+            }
+            while !prompt(&seen, prompts) {
+                let n = monitor.read(&mut chunk).expect("monitor answer");
+                assert!(n > 0, "qemu's monitor closed during {command:?}");
+                seen.extend_from_slice(&chunk[..n]);
+            }
+        }
+        let answer = String::from_utf8_lossy(&seen).into_owned();
+        for refusal in ["Error", "error", "Could not", "not found"] {
+            assert!(
+                !answer.contains(refusal),
+                "qemu refused {command:?}:\n{answer}"
+            );
+        }
+        answer
     }
 
     /// Presses the power button (an ACPI event, as a BMC or an operator's finger sends) and
@@ -761,6 +844,18 @@ impl Drop for Vm {
         self.power_cut();
     }
 }
+
+/// Whether the provisioning disk is there from power-on (the usual first boot, copied by the
+/// initrd) or plugged in only once the initrd has passed (copied by the root's unit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Provisioning {
+    Attached,
+    AfterTheInitrd,
+}
+
+/// What the initrd prints (without `quiet`) when it leaves the copy to the root: the text of
+/// `sovereign_init::provision::Provisioned::NoDisk`.
+const NO_PROVISIONING_DISK: &str = "no disk labelled SOVPROVISION yet";
 
 fn disk(id: &str, file: &Path, readonly: bool, serial: Option<&str>) -> Vec<String> {
     let ro = if readonly { ",readonly=on" } else { "" };

@@ -6,14 +6,15 @@
 mod harness;
 mod jobs;
 
-use harness::{Fixture, Vm};
+use harness::{Fixture, Provisioning, Vm};
 use std::time::Duration;
 
 /// One boot of the image answers `sovctl attest` with `affirming` against the build's
 /// manifest, and runs a tenant's jobs under its systemd within their memory and task limits
 /// and the policy's egress. The same image with one byte of its UKI command line changed cannot open the
 /// node's sealed state disk (PCR 11 differs), so hostd never starts; given a fresh state disk it boots,
-/// and the same check gives `contraindicated`, naming PCR 11. After a power cut the original
+/// and the same check gives `contraindicated`, naming PCR 11 (that boot's provisioning disk is
+/// plugged in after the initrd, so the root copies it). After a power cut the original
 /// image opens its state again, and the node's ledger is extended, not replaced. The power
 /// button shuts a running node down cleanly.
 #[test]
@@ -49,7 +50,15 @@ fn the_image_boots_attests_and_a_changed_command_line_is_caught() {
 
     let fresh = fx.work.join("state-fresh.img");
     harness::blank_disk(&fresh);
-    let mut vm = Vm::boot(&fx, &tampered, &fresh, "changed command line");
+    // A first boot whose provisioning disk shows up only after the initrd is done (virtual
+    // media attached late): the root's `sovereign-provision.service` copies it.
+    let mut vm = Vm::boot_with(
+        &fx,
+        &tampered,
+        &fresh,
+        "changed command line",
+        Provisioning::AfterTheInitrd,
+    );
     let second = fx.attest(&vm);
     assert!(
         second.contains("contraindicated") && second.contains("pcr.11"),
