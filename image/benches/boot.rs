@@ -11,8 +11,15 @@
 //! library) for the node's material, and builds the image's two hostd itself (the release one
 //! takes minutes, once): `cargo bench --profile dev -p image --bench boot` after the tests, or
 //! `cargo build --release -p hostd -p sovctl -p fake-nvml && cargo bench -p image --bench boot`.
-//! `SOVEREIGN_BOOT_ROUNDS` (default 3) sets the number of reboots.
+//! `SOVEREIGN_BOOT_ROUNDS` (default 3) sets the number of reboots. With `SOVEREIGN_VM_DEBUG=1`
+//! the images send their journal to the console (slower boots) and each boot's
+//! `systemd-analyze blame` is printed, read off that console.
 
+// Its unit tests run in the VM test; here (`clippy --all-targets` builds benches as tests)
+// they would be compiled with no runner to call them.
+#[cfg_attr(test, allow(dead_code, unused_imports))]
+#[path = "../tests/vm/blame.rs"]
+mod blame;
 #[allow(dead_code)] // the boot half of the VM test's harness; the rest is the test's
 #[path = "../tests/vm/harness.rs"]
 mod harness;

@@ -3,6 +3,7 @@
 //! provisions a node, boots it, and checks from the host what an operator and a verifier
 //! would check. Needs root-free tools only, but many of them: `.ci/run` installs them.
 
+mod blame;
 mod harness;
 mod jobs;
 
