@@ -688,8 +688,9 @@ impl Vm {
                 "-nodefaults",
                 // A PCIe machine (q35), as servers are. On qemu's default i440fx the kernel
                 // spent 1.5 s more before the initrd saw its first disk (the PIIX4's PCI
-                // interrupt links, set up through ACPI one by one; two interleaved pairs of
-                // reboots, 2026-12-07).
+                // interrupt links, set up through ACPI one by one), but q35's AHCI controller
+                // gives udev's coldplug more devices: whole boots took as long on both
+                // (interleaved pairs, 2026-12-07; docs/image.md, Figures).
                 "-machine",
                 "q35",
             ])
@@ -780,40 +781,28 @@ impl Vm {
         eprintln!("{label}: provisioning disk plugged in after the initrd");
     }
 
-    /// Sends one command to qemu's human monitor and returns its answer, up to the next
-    /// prompt. A command qemu refuses fails the test with qemu's words.
-    fn monitor_command(&self, command: &str) -> String {
-        use std::io::{Read, Write};
+    /// Sends one command to qemu's human monitor and waits for its answer (up to the next
+    /// prompt). A command qemu refuses fails the test with qemu's words.
+    fn monitor_command(&self, command: &str) {
+        use std::io::Write;
         let mut monitor = std::os::unix::net::UnixStream::connect(&self.monitor)
             .unwrap_or_else(|e| panic!("qemu monitor {}: {e}", self.monitor.display()));
         monitor
             .set_read_timeout(Some(Duration::from_secs(30)))
             .expect("monitor timeout");
-        let prompt = |text: &[u8], count: usize| {
-            String::from_utf8_lossy(text).matches("(qemu)").count() >= count
-        };
         let mut seen = Vec::new();
-        let mut chunk = [0u8; 4096];
-        for prompts in [1, 2] {
-            if prompts == 2 {
-                monitor
-                    .write_all(format!("{command}\n").as_bytes())
-                    .expect("monitor write");
-            }
-            while !prompt(&seen, prompts) {
-                let n = monitor.read(&mut chunk).expect("monitor answer");
-                assert!(n > 0, "qemu's monitor closed during {command:?}");
-                seen.extend_from_slice(&chunk[..n]);
-            }
-        }
-        let answer = String::from_utf8_lossy(&seen).into_owned();
+        read_to_prompt(&mut monitor, &mut seen, 1); // the greeting
+        monitor
+            .write_all(format!("{command}\n").as_bytes())
+            .expect("monitor write");
+        read_to_prompt(&mut monitor, &mut seen, 2);
+        let answer = String::from_utf8_lossy(&seen);
         for refusal in ["Error", "error", "Could not", "not found"] {
             assert!(
                 !answer.contains(refusal),
                 "qemu refused {command:?}:\n{answer}"
             );
         }
-        answer
     }
 
     /// Presses the power button (an ACPI event, as a BMC or an operator's finger sends) and
@@ -872,6 +861,21 @@ impl Vm {
 impl Drop for Vm {
     fn drop(&mut self) {
         self.power_cut();
+    }
+}
+
+/// Reads qemu's monitor until `seen` holds `prompts` prompts in all.
+fn read_to_prompt(
+    monitor: &mut std::os::unix::net::UnixStream,
+    seen: &mut Vec<u8>,
+    prompts: usize,
+) {
+    use std::io::Read;
+    let mut chunk = [0u8; 4096];
+    while String::from_utf8_lossy(seen).matches("(qemu)").count() < prompts {
+        let n = monitor.read(&mut chunk).expect("qemu monitor's answer");
+        assert!(n > 0, "qemu's monitor closed before it answered");
+        seen.extend_from_slice(&chunk[..n]);
     }
 }
 
