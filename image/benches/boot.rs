@@ -15,8 +15,8 @@
 //! the images send their journal to the console (slower boots) and each boot's
 //! `systemd-analyze blame` is printed, read off that console.
 
-// Its unit tests run in the VM test; here (`clippy --all-targets` builds benches as tests)
-// they would be compiled with no runner to call them.
+// The console's parsing, shared with the VM test. Its unit tests run there; here
+// (`clippy --all-targets` builds benches as tests) they would be compiled with no runner.
 #[cfg_attr(test, allow(dead_code, unused_imports))]
 #[path = "../tests/vm/blame.rs"]
 mod blame;
@@ -38,9 +38,7 @@ struct Boot {
 /// The kernel timestamp (`[   18.508276]`) of the console line that says hostd is ready.
 fn kernel_seconds(console: &str) -> Option<f64> {
     let line = console.lines().find(|l| l.contains("hostd ready"))?;
-    let (_, rest) = line.split_once('[')?;
-    let (stamp, _) = rest.split_once(']')?;
-    stamp.trim().parse().ok()
+    blame::kernel_stamp(line).map(|(stamp, _)| stamp)
 }
 
 fn boot(fx: &Fixture, label: &str) -> Boot {

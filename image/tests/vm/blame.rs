@@ -22,11 +22,16 @@ struct ManagerLine<'a> {
 }
 
 fn manager_line(line: &str) -> Option<ManagerLine<'_>> {
-    let rest = line.trim_start().strip_prefix('[')?;
-    let (stamp, rest) = rest.split_once(']')?;
-    let stamp = stamp.trim().parse().ok()?;
-    let message = rest.trim_start().strip_prefix("systemd[1]: ")?;
+    let (stamp, rest) = kernel_stamp(line)?;
+    let message = rest.strip_prefix("systemd[1]: ")?;
     Some(ManagerLine { stamp, message })
+}
+
+/// A console line's kernel timestamp (`[   14.365501] ...`) and what follows it.
+pub(crate) fn kernel_stamp(line: &str) -> Option<(f64, &str)> {
+    let (_, rest) = line.split_once('[')?;
+    let (stamp, rest) = rest.split_once(']')?;
+    Some((stamp.trim().parse().ok()?, rest.trim_start()))
 }
 
 /// The unit a message names after `verb`: `Starting nftables.service - nftables...` gives

@@ -581,23 +581,7 @@ impl Vm {
         if provisioning == Provisioning::AfterTheInitrd {
             vm.attach_provisioning_disk_after_the_initrd(fx, label);
         }
-        let deadline = Instant::now() + BOOT_LIMIT;
-        while !vm.console_text().contains("hostd ready") {
-            if vm.has_exited() {
-                panic!(
-                    "the VM powered off before hostd was ready ({label}):\n{}",
-                    vm.console_tail()
-                );
-            }
-            if Instant::now() > deadline {
-                panic!(
-                    "no hostd readiness line after {} s ({label}):\n{}",
-                    BOOT_LIMIT.as_secs(),
-                    vm.console_tail()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(250));
-        }
+        vm.wait_for_console("hostd ready", "hostd's readiness line", label);
         vm.ready_after = started.elapsed();
         eprintln!(
             "{label}: hostd ready {:.1} s after qemu started",
@@ -761,16 +745,9 @@ impl Vm {
     /// the command line lacks `quiet`), then plugs the disk in, as virtual media that an
     /// operator's BMC attaches late: `sovereign-provision.service` in the root must find it.
     fn attach_provisioning_disk_after_the_initrd(&mut self, fx: &Fixture, label: &str) {
-        let deadline = Instant::now() + BOOT_LIMIT;
-        while !self.console_text().contains(NO_PROVISIONING_DISK) {
-            if self.has_exited() || Instant::now() > deadline {
-                panic!(
-                    "the initrd never said it left provisioning to the root ({label}):\n{}",
-                    self.console_tail()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(250));
-        }
+        // What the initrd prints when it leaves the copy to the root.
+        let no_disk = sovereign_init::provision::Provisioned::NoDisk.to_string();
+        self.wait_for_console(&no_disk, "the initrd's word that it saw no disk", label);
         self.monitor_command(&format!(
             "drive_add 0 if=none,id=prov,format=raw,readonly=on,file={}",
             fx.provision.display()
@@ -779,6 +756,28 @@ impl Vm {
             "device_add virtio-blk-pci,drive=prov,id=prov-disk,bus={HOTPLUG_PORT}"
         ));
         eprintln!("{label}: provisioning disk plugged in after the initrd");
+    }
+
+    /// Waits up to [`BOOT_LIMIT`] for `text` on the console (read every 250 ms); fails the
+    /// test, with the console's tail, if the machine powers off first or the time runs out.
+    fn wait_for_console(&mut self, text: &str, what: &str, label: &str) {
+        let deadline = Instant::now() + BOOT_LIMIT;
+        while !self.console_text().contains(text) {
+            if self.has_exited() {
+                panic!(
+                    "the VM powered off before {what} ({label}):\n{}",
+                    self.console_tail()
+                );
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "no {what} after {} s ({label}):\n{}",
+                    BOOT_LIMIT.as_secs(),
+                    self.console_tail()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
     }
 
     /// Sends one command to qemu's human monitor and waits for its answer (up to the next
@@ -902,10 +901,6 @@ pub(crate) enum Provisioning {
     Attached,
     AfterTheInitrd,
 }
-
-/// What the initrd prints (without `quiet`) when it leaves the copy to the root: the text of
-/// `sovereign_init::provision::Provisioned::NoDisk`.
-const NO_PROVISIONING_DISK: &str = "no disk labelled SOVPROVISION yet";
 
 fn disk(id: &str, file: &Path, readonly: bool, serial: Option<&str>) -> Vec<String> {
     let ro = if readonly { ",readonly=on" } else { "" };
