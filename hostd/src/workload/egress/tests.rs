@@ -71,6 +71,40 @@ fn netns_listed(name: &str) -> bool {
         .any(|l| l.split_whitespace().next() == Some(name))
 }
 
+/// The tests here share hostd's table in the host's namespace, as one node's leases do. Each
+/// holds a `TableUse` while it may touch the table; the last one out deletes it when no lease
+/// is left in it and it was not there before the first one came, so that a test run leaves
+/// the host's ruleset as it found it (a node's hostd on the same machine keeps its table).
+struct TableUse;
+
+/// (tests using the table now, whether it existed before the first of them).
+static TABLE_USERS: std::sync::Mutex<(usize, bool)> = std::sync::Mutex::new((0, false));
+
+impl TableUse {
+    fn new() -> TableUse {
+        let mut users = TABLE_USERS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if users.0 == 0 {
+            users.1 = sh("nft", &["list", "table", "inet", TABLE]).0;
+        }
+        users.0 += 1;
+        TableUse
+    }
+}
+
+impl Drop for TableUse {
+    fn drop(&mut self) {
+        let mut users = TABLE_USERS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        users.0 -= 1;
+        if users.0 == 0 && !users.1 && !table_text().contains("lease_out_") {
+            let _ = sh("nft", &["delete", "table", "inet", TABLE]);
+        }
+    }
+}
+
 /// Removes a lease's network on drop, even when the test failed half-way: its masquerade
 /// element too, by the address read from its namespace before that goes.
 struct LeaseGuard(Names);
@@ -503,6 +537,7 @@ fn at(a: Ipv4Addr) -> SocketAddr {
 
 #[tokio::test]
 async fn lease_reaches_only_allowed_addresses_and_counts_bytes() {
+    let _table = TableUse::new();
     let mut foreign = Foreign::new(1);
     foreign.serve(50_000);
     let fw = NftFirewall::adopt(foreign.config(pool(101))).await.unwrap();
@@ -537,6 +572,7 @@ async fn lease_reaches_only_allowed_addresses_and_counts_bytes() {
 
 #[tokio::test]
 async fn host_services_are_unreachable_but_loopback_works() {
+    let _table = TableUse::new();
     let foreign = Foreign::new(2);
     let fw = NftFirewall::adopt(foreign.config(pool(102))).await.unwrap();
     let lease = unique("host");
@@ -567,6 +603,7 @@ async fn host_services_are_unreachable_but_loopback_works() {
 
 #[tokio::test]
 async fn update_flips_allowed_and_denied() {
+    let _table = TableUse::new();
     let mut foreign = Foreign::new(3);
     foreign.serve(10);
     let fw = NftFirewall::adopt(foreign.config(pool(103))).await.unwrap();
@@ -611,6 +648,7 @@ async fn update_flips_allowed_and_denied() {
 
 #[tokio::test]
 async fn remove_leaves_nothing_and_is_idempotent() {
+    let _table = TableUse::new();
     let fw = NftFirewall::adopt(FirewallConfig {
         pool: pool(104),
         uplinks: Vec::new(),
@@ -643,6 +681,7 @@ async fn remove_leaves_nothing_and_is_idempotent() {
 
 #[tokio::test]
 async fn adopt_finds_existing_leases_after_a_restart() {
+    let _table = TableUse::new();
     let config = FirewallConfig {
         pool: pool(105),
         uplinks: Vec::new(),
@@ -679,6 +718,7 @@ fn masqueraded(addr: Ipv4Addr) -> bool {
 /// exactly the live leases' addresses.
 #[tokio::test]
 async fn overlapping_pools_share_the_table() {
+    let _table = TableUse::new();
     let narrow = Ipv4Pool::new(Ipv4Addr::new(10, 231, 110, 0), 24).unwrap();
     let wide = Ipv4Pool::new(Ipv4Addr::new(10, 231, 110, 0), 23).unwrap();
     let config = |pool| FirewallConfig {
@@ -703,6 +743,7 @@ async fn overlapping_pools_share_the_table() {
 
 #[tokio::test]
 async fn failed_create_rolls_back_what_it_made() {
+    let _table = TableUse::new();
     let fw = NftFirewall::adopt(FirewallConfig {
         pool: pool(106),
         uplinks: Vec::new(),
@@ -749,6 +790,7 @@ async fn failed_create_rolls_back_what_it_made() {
 
 #[tokio::test]
 async fn refusals_are_typed() {
+    let _table = TableUse::new();
     let fw = NftFirewall::adopt(FirewallConfig {
         pool: Ipv4Pool::new(Ipv4Addr::new(10, 231, 107, 0), 30).unwrap(),
         uplinks: Vec::new(),
@@ -775,6 +817,7 @@ async fn refusals_are_typed() {
 
 #[tokio::test]
 async fn a_published_port_reaches_the_job_inside_the_namespace() {
+    let _table = TableUse::new();
     use crate::workload::publish::{PortConfig, ServicePort};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let fw = NftFirewall::adopt(FirewallConfig {
@@ -812,6 +855,7 @@ async fn a_published_port_reaches_the_job_inside_the_namespace() {
 
 #[tokio::test]
 async fn leases_cannot_reach_each_other_even_when_allowed_everywhere() {
+    let _table = TableUse::new();
     let fw = NftFirewall::adopt(FirewallConfig {
         pool: pool(109),
         uplinks: Vec::new(),
