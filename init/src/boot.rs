@@ -228,8 +228,8 @@ fn load_modules_from(
 
 /// `sovereign-init open-state [DEVICE]`, in the root (`sovereign-state.service`), when the
 /// initrd did not mount the state disk: on a first boot whose disk the initrd could not
-/// name (not virtio or NVMe) or did not see yet. Partitions `device` if it is blank, makes the
-/// volume on a blank partition, or opens it as the initrd does, and mounts it at
+/// name (not virtio, NVMe or SATA) or did not see yet. Partitions `device` if it is blank,
+/// makes the volume on a blank partition, or opens it as the initrd does, and mounts it at
 /// `/var/lib/hostd`. Returns the partition, the dm-crypt device and whether the volume was
 /// made.
 pub fn open_state_in_root(device: Option<&Path>) -> Result<(PathBuf, PathBuf, bool), InitError> {

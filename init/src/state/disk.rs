@@ -4,9 +4,10 @@
 //!
 //! In the root, udev has made the `/dev/disk/by-id/` link and [`Disk::from_node`] follows it.
 //! The initrd has no udev, so [`Disk::by_id`] finds the disk in sysfs the way udev's
-//! `60-persistent-storage.rules` name it, for the two kinds a node's state disk is: virtio
-//! (`virtio-<serial>`) and NVMe (`nvme-<model>_<serial>`, spaces as `_`). For any other name
-//! it finds nothing, and the root's `sovereign-state.service` makes the disk instead.
+//! `60-persistent-storage.rules` name it, for the kinds a node's state disk is: virtio
+//! (`virtio-<serial>`), NVMe (`nvme-<model>_<serial>`, spaces as `_`) and SATA
+//! (`ata-<model>_<serial>`, as udev's `ata_id` spells them). For any other name it finds
+//! nothing, and the root's `sovereign-state.service` makes the disk instead.
 
 use super::StateError;
 use crate::gpt;
@@ -27,7 +28,7 @@ pub struct Disk {
 
 impl Disk {
     /// The disk `by_id` (`/dev/disk/by-id/…`) names, among the disks under `class`
-    /// (`/sys/class/block`), if it is a virtio or NVMe name and such a disk is there.
+    /// (`/sys/class/block`), if it is a virtio, NVMe or ATA name and such a disk is there.
     pub fn by_id(class: &Path, by_id: &str) -> Option<Disk> {
         let name = by_id.strip_prefix(BY_ID)?;
         let mut entries: Vec<_> = std::fs::read_dir(class).ok()?.flatten().collect();
@@ -96,8 +97,8 @@ impl Disk {
     }
 }
 
-/// The `/dev/disk/by-id/` name udev gives the disk `dev` (its sysfs folder `sys`), for virtio
-/// and NVMe disks.
+/// The `/dev/disk/by-id/` name udev gives the disk `dev` (its sysfs folder `sys`), for virtio,
+/// NVMe and ATA disks.
 fn udev_name(sys: &Path, dev: &str) -> Option<String> {
     let attr = |path: &str| {
         let text = std::fs::read_to_string(sys.join(path)).ok()?;
@@ -114,7 +115,64 @@ fn udev_name(sys: &Path, dev: &str) -> Option<String> {
             attr("device/serial")?
         ));
     }
+    if dev.starts_with("sd") {
+        return ata_name(sys);
+    }
     None
+}
+
+/// Where the ATA Information VPD page (0x89) has the disk's IDENTIFY DEVICE data (SAT).
+const VPD89_IDENTIFY: usize = 60;
+/// IDENTIFY DEVICE's serial number (words 10 to 19) and model (words 27 to 46), in bytes.
+const ATA_SERIAL: (usize, usize) = (20, 20);
+const ATA_MODEL: (usize, usize) = (54, 40);
+
+/// udev's name for a disk behind an ATA controller (SCSI vendor `ATA`): `ata-<model>_<serial>`,
+/// which udev's `ata_id` makes from the disk's IDENTIFY DEVICE data. The initrd has no
+/// `ata_id`, but the kernel kept that data when it scanned the disk, and sysfs shows it in
+/// the ATA Information VPD page (`device/vpd_pg89`), so no command goes to the disk here.
+fn ata_name(sys: &Path) -> Option<String> {
+    let vendor = std::fs::read_to_string(sys.join("device/vendor")).ok()?;
+    if vendor.trim() != "ATA" {
+        return None;
+    }
+    let page = std::fs::read(sys.join("device/vpd_pg89")).ok()?;
+    let identify = page.get(VPD89_IDENTIFY..VPD89_IDENTIFY + 512)?;
+    let model = udev_word(&ata_string(identify, ATA_MODEL));
+    let serial = udev_word(&ata_string(identify, ATA_SERIAL));
+    match (model.is_empty(), serial.is_empty()) {
+        // udev makes no link without ID_SERIAL, which is the model when there is no serial.
+        (true, _) => None,
+        (false, true) => Some(format!("ata-{model}")),
+        (false, false) => Some(format!("ata-{model}_{serial}")),
+    }
+}
+
+/// An ATA string field (`(offset, length)` in bytes): two characters a 16-bit little-endian
+/// word, the first in its high byte.
+fn ata_string(identify: &[u8], (offset, len): (usize, usize)) -> Vec<u8> {
+    identify[offset..offset + len]
+        .chunks_exact(2)
+        .flat_map(|pair| [pair[1], pair[0]])
+        .collect()
+}
+
+/// The text as udev's `ata_id` writes it into a name: up to the first NUL, without leading
+/// and trailing white space, each run of it as one `_`, and every byte but ASCII letters,
+/// digits and `#+-.:=@_` as `_` (ATA strings are ASCII; udev would keep valid UTF-8).
+fn udev_word(raw: &[u8]) -> String {
+    let text = raw.split(|&b| b == 0).next().unwrap_or_default();
+    let space = |b: &u8| b.is_ascii_whitespace() || *b == 0x0b;
+    let allowed = |b: u8| b.is_ascii_alphanumeric() || b"#+-.:=@_".contains(&b);
+    text.split(space)
+        .filter(|w| !w.is_empty())
+        .map(|w| {
+            w.iter()
+                .map(|&b| if allowed(b) { b as char } else { '_' })
+                .collect::<String>()
+        })
+        .collect::<Vec<_>>()
+        .join("_")
 }
 
 #[cfg(test)]
@@ -171,6 +229,86 @@ mod tests {
         ] {
             assert_eq!(Disk::by_id(class, other), None, "{other}");
         }
+    }
+
+    /// An ATA Information VPD page as the kernel's SAT layer answers it, with `model` and
+    /// `serial` (space-padded, as disks give them) in its IDENTIFY DEVICE data.
+    fn vpd_pg89(model: &str, serial: &str) -> Vec<u8> {
+        let mut page = vec![0u8; VPD89_IDENTIFY + 512];
+        page[1] = 0x89;
+        page[2..4].copy_from_slice(&0x238u16.to_be_bytes());
+        for (text, (offset, len)) in [(model, ATA_MODEL), (serial, ATA_SERIAL)] {
+            let padded = format!("{text:<len$}");
+            for (i, pair) in padded.as_bytes().chunks(2).enumerate() {
+                let at = VPD89_IDENTIFY + offset + 2 * i;
+                page[at] = pair[1];
+                page[at + 1] = pair[0];
+            }
+        }
+        page
+    }
+
+    fn ata_disk(class: &Path, dev: &str, vendor: &str, page: &[u8]) {
+        block(class, dev, "disk", &[("device/vendor", vendor)]);
+        std::fs::write(class.join(dev).join("device/vpd_pg89"), page).unwrap();
+    }
+
+    #[test]
+    fn ata_disks_are_found_by_the_name_ata_id_gives_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let class = dir.path();
+        ata_disk(
+            class,
+            "sda",
+            "ATA     \n",
+            &vpd_pg89("QEMU HARDDISK", "QM00001"),
+        );
+        ata_disk(
+            class,
+            "sdb",
+            "ATA     \n",
+            &vpd_pg89("Samsung SSD 870 EVO 1TB", "  S6PUNX0T123456A"),
+        );
+        // A disk on a SCSI (not ATA) controller with the same data is not an ATA name.
+        ata_disk(
+            class,
+            "sdc",
+            "QEMU    \n",
+            &vpd_pg89("QEMU HARDDISK", "other"),
+        );
+        // A serial with characters udev replaces, and a disk whose page is cut short.
+        ata_disk(class, "sdd", "ATA\n", &vpd_pg89("Odd/Disk  v2", "a b$c"));
+        ata_disk(
+            class,
+            "sde",
+            "ATA\n",
+            &vpd_pg89("QEMU HARDDISK", "short")[..100],
+        );
+        let found = |name: &str| Disk::by_id(class, &format!("/dev/disk/by-id/{name}"));
+        let node = |name: &str| found(name).map(|d| d.node);
+        assert_eq!(node("ata-QEMU_HARDDISK_QM00001"), Some("/dev/sda".into()));
+        assert_eq!(
+            node("ata-Samsung_SSD_870_EVO_1TB_S6PUNX0T123456A"),
+            Some("/dev/sdb".into())
+        );
+        assert_eq!(node("ata-Odd_Disk_v2_a_b_c"), Some("/dev/sdd".into()));
+        for other in [
+            "ata-QEMU_HARDDISK_other",
+            "scsi-0QEMU_QEMU_HARDDISK_other",
+            "ata-QEMU_HARDDISK_short",
+            "ata-QEMU_HARDDISK",
+        ] {
+            assert_eq!(found(other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn udev_words_are_trimmed_joined_and_replaced() {
+        assert_eq!(udev_word(b"  a  b\tc  "), "a_b_c");
+        assert_eq!(udev_word(b"x/y\x0bz"), "x_y_z");
+        assert_eq!(udev_word(b"ab\0cd"), "ab");
+        assert_eq!(udev_word(b"#+-.:=@_\xff"), "#+-.:=@__");
+        assert_eq!(udev_word(b"   "), "");
     }
 
     #[test]
