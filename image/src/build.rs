@@ -20,6 +20,7 @@ use crate::rootfs::{self, io, run, write_file, TreeError};
 use attest::manifest::{ImageManifest, SignedImageManifest};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -75,9 +76,58 @@ pub enum BuildError {
     /// Signing the manifest.
     #[error("signing the manifest")]
     Manifest(#[from] attest::manifest::ManifestError),
-    /// Bad input.
-    #[error("{0}")]
-    Input(String),
+    /// The output folder holds something: a build never writes over earlier outputs.
+    #[error("{} is not empty: give a new or empty output folder", out.display())]
+    OutNotEmpty { out: PathBuf },
+    /// The PE header's and the cpio's timestamps are 32-bit.
+    #[error("SOURCE_DATE_EPOCH {epoch} is beyond 2106, which the UKI's and the initrd's 32-bit timestamps cannot hold")]
+    EpochTooLate { epoch: u64 },
+    /// The version goes into os-release, which the UKI carries and PCR 11 measures.
+    #[error("--version {given:?}: use only 0-9, a-z, '.', '_' and '-' (os-release's VERSION_ID), at most 64 characters")]
+    Version { given: String },
+    /// The state disk's path goes into a unit's command line, where systemd expands `%`.
+    #[error("--state-device {given:?}: give the disk's stable /dev path, one word of A-Z, a-z, 0-9 and . _ : / + - (e.g. /dev/disk/by-id/virtio-sovereign-state)")]
+    StateDevice { given: String },
+    /// A cpio name must be UTF-8 here (the archive is built from names as text).
+    #[error("{}: a name that is not UTF-8 cannot go into the initrd", path.display())]
+    NonUtf8Name { path: PathBuf },
+    /// What Debian's e2fsprogs ships changed shape.
+    #[error("{}: no base_features line to add ext4's encrypt feature to", path.display())]
+    MkeConf { path: PathBuf },
+    /// veritysetup's output changed shape.
+    #[error("veritysetup format printed no root hash (its output: {output:?})")]
+    VerityOutput { output: String },
+}
+
+/// Checks what the build writes into the image from its command line, before it downloads
+/// or unpacks anything.
+fn check_spec(spec: &BuildSpec) -> Result<u32, BuildError> {
+    let version_ok = !spec.version.is_empty()
+        && spec.version.len() <= 64
+        && spec
+            .version
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase() || b"._-".contains(&b));
+    if !version_ok {
+        return Err(BuildError::Version {
+            given: spec.version.clone(),
+        });
+    }
+    check_state_device(&spec.state_device)?;
+    u32::try_from(spec.epoch).map_err(|_| BuildError::EpochTooLate { epoch: spec.epoch })
+}
+
+fn check_state_device(device: &str) -> Result<(), BuildError> {
+    let word = device
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"._:/+-".contains(&b));
+    if device.len() > "/dev/".len() && device.starts_with("/dev/") && word {
+        Ok(())
+    } else {
+        Err(BuildError::StateDevice {
+            given: device.to_owned(),
+        })
+    }
 }
 
 /// What a build produced.
@@ -112,6 +162,12 @@ pub const HARDENING: &str = "lockdown=integrity module.sig_enforce=1 init_on_all
 
 /// Builds the image into `spec.out`.
 pub fn build(spec: &BuildSpec) -> Result<Built, BuildError> {
+    let epoch32 = check_spec(spec)?;
+    // The build's files take their modes from the packages and from this code, never from
+    // the builder's umask: under 077 the folders the build makes (and those dpkg-deb, cp and
+    // depmod make) would be 0700, which changes the root hash, the initrd and so PCR 11: two
+    // builders, two images. The umask is the process's; the build is its only work.
+    rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o022));
     prepare_out(&spec.out)?;
     let work = spec.out.join(".work");
     let debs = apt::fetch(&spec.lock, &spec.cache)?;
@@ -126,10 +182,10 @@ pub fn build(spec: &BuildSpec) -> Result<Built, BuildError> {
         apt::unpack(deb, dest)?;
     }
     let kernel = configure_root(spec, &root)?;
-    let initrd = make_initrd(spec, &root, &work.join("initrd"))?;
+    let initrd = make_initrd(spec, &root, &work.join("initrd"), epoch32)?;
     let hostd_digest = apt::sha256_file(&root.join(HOSTD))?;
     let (root_img, verity_img, root_hash) = make_root(spec, &root)?;
-    let cmdline = cmdline(spec, &root_hash);
+    let cmdline = cmdline(spec, &hex::encode(root_hash));
     let osrel = os_release(spec);
     let stub_path = stub_tree.join("usr/lib/systemd/boot/efi/linuxx64.efi.stub");
     let stub = std::fs::read(&stub_path).map_err(|e| TreeError::Io {
@@ -142,13 +198,11 @@ pub fn build(spec: &BuildSpec) -> Result<Built, BuildError> {
         (Section::Linux, &kernel),
         (Section::Initrd, &initrd),
     ];
-    let epoch32 = u32::try_from(spec.epoch)
-        .map_err(|_| BuildError::Input("SOURCE_DATE_EPOCH beyond 2106".into()))?;
     let uki = crate::uki::assemble(&stub, &sections, epoch32)?;
     let uki_path = spec.out.join("uki.efi");
     std::fs::write(&uki_path, &uki).map_err(io(&uki_path))?;
     let esp = make_esp(spec, &uki_path)?;
-    let manifest = manifest(spec, &sections, &root_hash, &uki, hostd_digest)?;
+    let manifest = manifest(spec, &sections, root_hash, &uki, hostd_digest)?;
     rootfs::remove_any(&work)?;
     Ok(Built {
         uki: uki_path,
@@ -164,10 +218,9 @@ fn prepare_out(out: &Path) -> Result<(), BuildError> {
     if out.exists() {
         let mut entries = std::fs::read_dir(out).map_err(io(out))?;
         if entries.next().is_some() {
-            return Err(BuildError::Input(format!(
-                "{} is not empty: give a new or empty output folder",
-                out.display()
-            )));
+            return Err(BuildError::OutNotEmpty {
+                out: out.to_owned(),
+            });
         }
     }
     std::fs::create_dir_all(out).map_err(io(out))?;
@@ -222,6 +275,9 @@ fn configure_root(spec: &BuildSpec, root: &Path) -> Result<Vec<u8>, BuildError> 
         let d = root.join(dir);
         std::fs::create_dir_all(&d).map_err(io(&d))?;
     }
+    // root's home, as base-files makes it: nobody logs in, but nothing else may read it.
+    let home = root.join("root");
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).map_err(io(&home))?;
     let mtab = root.join("etc/mtab");
     rootfs::remove_any(&mtab)?;
     std::os::unix::fs::symlink("../proc/self/mounts", &mtab).map_err(io(&mtab))?;
@@ -411,9 +467,7 @@ fn enable_ext4_encryption(root: &Path) -> Result<(), BuildError> {
     let path = root.join("etc/mke2fs.conf");
     let text = std::fs::read_to_string(&path).map_err(io(&path))?;
     let Some(at) = text.find("base_features = ") else {
-        return Err(BuildError::Input(
-            "etc/mke2fs.conf has no base_features line".into(),
-        ));
+        return Err(BuildError::MkeConf { path });
     };
     let end = at + text[at..].find('\n').unwrap_or(text.len() - at);
     let mut out = text.clone();
@@ -438,13 +492,7 @@ fn fstab() -> String {
 /// (the UKI's sections, `enter-initrd`, `leave-initrd`): under another image, or off this
 /// node's TPM, the disk does not open.
 fn install_state_disk(spec: &BuildSpec, root: &Path) -> Result<(), BuildError> {
-    let device = &spec.state_device;
-    if !device.starts_with("/dev/") || device.contains(char::is_whitespace) {
-        return Err(BuildError::Input(format!(
-            "--state-device {device:?}: give the disk's stable /dev path (one word, e.g. \
-             /dev/disk/by-id/virtio-sovereign-state)"
-        )));
-    }
+    check_state_device(&spec.state_device)?;
     write_file(
         root,
         "usr/lib/systemd/system/sovereign-state.service",
@@ -520,23 +568,29 @@ fn cmdline(spec: &BuildSpec, root_hash: &str) -> String {
 
 /// The initrd: `sovereign-init` with the C library it links and the boot modules
 /// (`crate::initrd`).
-fn make_initrd(spec: &BuildSpec, root: &Path, tree: &Path) -> Result<Vec<u8>, BuildError> {
+fn make_initrd(
+    spec: &BuildSpec,
+    root: &Path,
+    tree: &Path,
+    epoch: u32,
+) -> Result<Vec<u8>, BuildError> {
     run(Command::new("cp").arg("-a").arg(root).arg(tree))?;
     let version = rootfs::kernel_version(tree)?;
     modules::keep_only(tree, &version, modules::INITRD_MODULES)?;
     crate::initrd::assemble(tree, &spec.init, modules::INITRD_MODULES)?;
     let mut archive = Archive::new();
     add_tree(&mut archive, tree, "")?;
-    let cpio = archive.write(u32::try_from(spec.epoch).unwrap_or(u32::MAX));
+    let cpio = archive.write(epoch);
     compress(&cpio, &spec.out.join(".work/initrd.cpio"))
 }
 
 fn add_tree(archive: &mut Archive, dir: &Path, prefix: &str) -> Result<(), BuildError> {
-    use std::os::unix::fs::PermissionsExt;
     for name in rootfs::sorted_entries(dir)? {
         let name = name
             .to_str()
-            .ok_or_else(|| BuildError::Input(format!("non-UTF-8 name in {}", dir.display())))?
+            .ok_or_else(|| BuildError::NonUtf8Name {
+                path: dir.join(&name),
+            })?
             .to_owned();
         let path = dir.join(&name);
         let rel = if prefix.is_empty() {
@@ -550,7 +604,7 @@ fn add_tree(archive: &mut Archive, dir: &Path, prefix: &str) -> Result<(), Build
             let target = std::fs::read_link(&path).map_err(io(&path))?;
             let target = target
                 .to_str()
-                .ok_or_else(|| BuildError::Input(format!("non-UTF-8 link {}", path.display())))?;
+                .ok_or_else(|| BuildError::NonUtf8Name { path: path.clone() })?;
             archive.add(
                 &rel,
                 Entry::Symlink {
@@ -587,7 +641,7 @@ fn compress(data: &[u8], scratch: &Path) -> Result<Vec<u8>, BuildError> {
 
 /// erofs (lz4hc, every owner root, every time the epoch) and its dm-verity hash tree; returns
 /// the two images and the root hash.
-fn make_root(spec: &BuildSpec, root: &Path) -> Result<(PathBuf, PathBuf, String), BuildError> {
+fn make_root(spec: &BuildSpec, root: &Path) -> Result<(PathBuf, PathBuf, [u8; 32]), BuildError> {
     let img = spec.out.join("root.erofs");
     let verity = spec.out.join("root.verity");
     run(Command::new("mkfs.erofs")
@@ -600,12 +654,13 @@ fn make_root(spec: &BuildSpec, root: &Path) -> Result<(PathBuf, PathBuf, String)
         .args(["format", "--salt", VERITY_SALT, "--uuid", VERITY_UUID])
         .arg(&img)
         .arg(&verity))?;
-    let hash = out
-        .lines()
+    let mut hash = [0u8; 32];
+    out.lines()
         .find_map(|l| l.strip_prefix("Root hash:"))
-        .map(|h| h.trim().to_owned())
-        .filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
-        .ok_or_else(|| BuildError::Input(format!("veritysetup printed no root hash: {out}")))?;
+        .and_then(|h| hex::decode_to_slice(h.trim(), &mut hash).ok())
+        .ok_or_else(|| BuildError::VerityOutput {
+            output: out.clone(),
+        })?;
     Ok((img, verity, hash))
 }
 
@@ -662,14 +717,11 @@ fn sha256(data: &[u8]) -> [u8; 32] {
 fn manifest(
     spec: &BuildSpec,
     sections: &[(Section, &[u8])],
-    root_hash: &str,
+    root_hash: [u8; 32],
     uki: &[u8],
     hostd: [u8; 32],
 ) -> Result<ImageManifest, BuildError> {
-    let phases = predict_pcr11(sections);
-    let ready = phases
-        .last()
-        .ok_or_else(|| BuildError::Input("no PCR 11 prediction".into()))?;
+    let [.., ready] = predict_pcr11(sections);
     let mut measurements = BTreeMap::new();
     measurements.insert("pcr.11".to_owned(), ready.pcr11);
     measurements.insert("hostd".to_owned(), hostd);
@@ -678,10 +730,7 @@ fn manifest(
         components.insert(format!("uki{}", s.name()), sha256(data));
     }
     components.insert("uki".to_owned(), sha256(uki));
-    let mut rh = [0u8; 32];
-    hex::decode_to_slice(root_hash, &mut rh)
-        .map_err(|_| BuildError::Input(format!("bad root hash {root_hash}")))?;
-    components.insert("verity.roothash".to_owned(), rh);
+    components.insert("verity.roothash".to_owned(), root_hash);
     Ok(ImageManifest {
         name: manifest_name(spec),
         version: spec.version.clone(),
@@ -737,7 +786,14 @@ mod tests {
             .path()
             .join("usr/lib/systemd/system/sovereign-state.service")
             .exists());
-        for bad in ["/dev/disk/by-id/a b", "vdb", ""] {
+        for bad in [
+            "/dev/disk/by-id/a b",
+            "vdb",
+            "",
+            "/dev/",
+            "/dev/vd%b",
+            "/dev/vdb\n",
+        ] {
             let spec = BuildSpec {
                 state_device: bad.to_owned(),
                 ..spec.clone()
@@ -745,7 +801,7 @@ mod tests {
             assert!(
                 matches!(
                     install_state_disk(&spec, Path::new("/nonexistent")),
-                    Err(BuildError::Input(_))
+                    Err(BuildError::StateDevice { .. })
                 ),
                 "{bad:?}"
             );

@@ -60,9 +60,10 @@ pub fn assemble(tree: &Path, init_program: &Path, modules: &[&str]) -> Result<us
     );
     write_file(tree, MODULE_LIST, list.as_bytes(), 0o644)?;
     let kept = prune(tree, &[INIT])?;
-    // Twice: a symlink checked before the folder it names was emptied is caught the second time.
-    tidy(tree, tree)?;
-    tidy(tree, tree)?;
+    // Until a pass removes nothing: a symlink checked before the folder it names was emptied,
+    // or one naming a symlink removed later in its pass, is caught by the next. Each pass
+    // that goes on removed something, so the passes end.
+    while tidy(tree, tree)? > 0 {}
     for dir in MOUNT_POINTS {
         let d = tree.join(dir);
         std::fs::create_dir_all(&d).map_err(io(&d))?;
@@ -71,28 +72,32 @@ pub fn assemble(tree: &Path, init_program: &Path, modules: &[&str]) -> Result<us
 }
 
 /// Removes, below `dir`, the symlinks that lead nowhere inside `tree` and the folders left
-/// empty, deepest first.
-fn tidy(tree: &Path, dir: &Path) -> Result<(), TreeError> {
-    for entry in std::fs::read_dir(dir).map_err(io(dir))? {
-        let path = entry.map_err(io(dir))?.path();
+/// empty, deepest first, in name order (what stays must not depend on the file system's
+/// order); returns how many it removed.
+fn tidy(tree: &Path, dir: &Path) -> Result<usize, TreeError> {
+    let mut removed = 0;
+    for name in crate::rootfs::sorted_entries(dir)? {
+        let path = dir.join(name);
         let meta = std::fs::symlink_metadata(&path).map_err(io(&path))?;
         if meta.is_dir() {
-            tidy(tree, &path)?;
+            removed += tidy(tree, &path)?;
             let empty = std::fs::read_dir(&path)
                 .map_err(io(&path))?
                 .next()
                 .is_none();
             if empty {
                 std::fs::remove_dir(&path).map_err(io(&path))?;
+                removed += 1;
             }
         } else if meta.file_type().is_symlink() {
             let rel = path.strip_prefix(tree).unwrap_or(&path);
             if !tree.join(resolve(tree, rel)).exists() {
                 std::fs::remove_file(&path).map_err(io(&path))?;
+                removed += 1;
             }
         }
     }
-    Ok(())
+    Ok(removed)
 }
 
 /// Removes from `tree` (a copy of the root) every regular file the initrd does not need;
@@ -363,6 +368,31 @@ mod tests {
             resolve(tree, Path::new("usr/lib/a/link.so")),
             PathBuf::from("usr/lib/b/real.so")
         );
+    }
+
+    /// A link to a folder whose only content is a link to a folder holding only a dangling
+    /// link: each pass empties one level, so three passes are needed and nothing is left.
+    #[test]
+    fn links_into_folders_that_empty_are_removed_whatever_the_depth() {
+        let t = tempfile::tempdir().unwrap();
+        let tree = t.path();
+        let link = |to: &str, at: &str| std::os::unix::fs::symlink(to, tree.join(at)).unwrap();
+        std::fs::create_dir_all(tree.join("m")).unwrap();
+        std::fs::create_dir_all(tree.join("z")).unwrap();
+        std::fs::create_dir_all(tree.join("kept")).unwrap();
+        std::fs::write(tree.join("kept/file"), b"x").unwrap();
+        link("m", "a");
+        link("../z", "m/l");
+        link("../nowhere", "z/d");
+        link("kept/file", "b");
+        let mut passes = 0;
+        while tidy(tree, tree).unwrap() > 0 {
+            passes += 1;
+        }
+        assert_eq!(passes, 3);
+        let mut left = crate::rootfs::sorted_entries(tree).unwrap();
+        left.sort();
+        assert_eq!(left, ["b", "kept"]);
     }
 
     #[test]

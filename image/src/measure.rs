@@ -65,12 +65,15 @@ fn extend(pcr: &mut [u8; 32], data: &[u8]) {
     *pcr = h.finalize().into();
 }
 
-/// PCR 11 after each boot phase of a UKI with `sections` (any order; each at most once: a
-/// later duplicate is ignored, as the stub reads one section of each name).
-pub fn predict_pcr11(sections: &[(Section, &[u8])]) -> Vec<Prediction> {
+/// PCR 11 after each boot phase of a UKI with `sections` (any order), as systemd 252's stub
+/// measures it: of two sections of one name the last is the one it finds, and an empty
+/// section is skipped (`systemd-measure` skips it too). [`crate::uki::assemble`] refuses both,
+/// so for a built image every section counts once.
+pub fn predict_pcr11(sections: &[(Section, &[u8])]) -> [Prediction; BOOT_PHASES.len()] {
     let mut ordered: Vec<(Section, &[u8])> = Vec::new();
     for (s, data) in sections {
-        if !ordered.iter().any(|(o, _)| o == s) {
+        ordered.retain(|(o, _)| o != s);
+        if !data.is_empty() {
             ordered.push((*s, data));
         }
     }
@@ -82,17 +85,13 @@ pub fn predict_pcr11(sections: &[(Section, &[u8])]) -> Vec<Prediction> {
         extend(&mut pcr, &name);
         extend(&mut pcr, data);
     }
-    BOOT_PHASES
-        .iter()
-        .enumerate()
-        .map(|(i, phase)| {
-            extend(&mut pcr, phase.as_bytes());
-            Prediction {
-                phase: BOOT_PHASES[..=i].join(":"),
-                pcr11: pcr,
-            }
-        })
-        .collect()
+    std::array::from_fn(|i| {
+        extend(&mut pcr, BOOT_PHASES[i].as_bytes());
+        Prediction {
+            phase: BOOT_PHASES[..=i].join(":"),
+            pcr11: pcr,
+        }
+    })
 }
 
 #[cfg(test)]
@@ -135,34 +134,12 @@ mod tests {
         }
     }
 
-    /// Against systemd-measure itself (Debian's systemd, pulled in by systemd-container, which
-    /// `.ci/run` installs), on contents that are not a fixed vector.
-    #[test]
-    fn matches_systemd_measure_on_other_contents() {
-        let tool = Path::new("/usr/lib/systemd/systemd-measure");
-        if !tool.exists() {
-            eprintln!("SKIPPED: {} not installed", tool.display());
-            return;
-        }
+    /// What `systemd-measure calculate` prints for these sections, as (phase, hash).
+    fn systemd_measure(tool: &Path, files: &[(Section, &str, Vec<u8>)]) -> Vec<(String, String)> {
         let dir = tempfile::tempdir().unwrap();
-        let linux: Vec<u8> = (0..100_000u32).map(|i| (i * 7 % 251) as u8).collect();
-        let files = [
-            (Section::Linux, "linux", linux),
-            (
-                Section::Osrel,
-                "osrel",
-                b"ID=sovereign\nVERSION_ID=0.1\n".to_vec(),
-            ),
-            (
-                Section::Cmdline,
-                "cmdline",
-                b"lockdown=integrity module.sig_enforce=1".to_vec(),
-            ),
-            (Section::Initrd, "initrd", vec![0u8; 4097]),
-        ];
         let mut cmd = std::process::Command::new(tool);
         cmd.args(["calculate", "--bank=sha256", "--json=short"]);
-        for (_, name, data) in &files {
+        for (_, name, data) in files {
             let p = dir.path().join(name);
             std::fs::write(&p, data).unwrap();
             cmd.arg(format!("--{name}={}", p.display()));
@@ -170,7 +147,7 @@ mod tests {
         let out = cmd.output().unwrap();
         assert!(out.status.success(), "{out:?}");
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        let theirs: Vec<(String, String)> = v["sha256"]
+        v["sha256"]
             .as_array()
             .unwrap()
             .iter()
@@ -180,13 +157,51 @@ mod tests {
                     e["hash"].as_str().unwrap().to_owned(),
                 )
             })
-            .collect();
-        let sections: Vec<(Section, &[u8])> =
-            files.iter().map(|(s, _, d)| (*s, d.as_slice())).collect();
-        let ours: Vec<(String, String)> = predict_pcr11(&sections)
-            .into_iter()
-            .map(|p| (p.phase, hex::encode(p.pcr11)))
-            .collect();
-        assert_eq!(ours, theirs);
+            .collect()
+    }
+
+    /// Against systemd-measure itself (Debian's systemd, pulled in by systemd-container, which
+    /// `.ci/run` installs), on contents that are not a fixed vector, and with an empty section
+    /// (which both skip).
+    #[test]
+    fn matches_systemd_measure_on_other_contents() {
+        let tool = Path::new("/usr/lib/systemd/systemd-measure");
+        if !tool.exists() {
+            eprintln!("SKIPPED: {} not installed", tool.display());
+            return;
+        }
+        let linux: Vec<u8> = (0..100_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        for initrd in [vec![0u8; 4097], Vec::new()] {
+            let files = [
+                (Section::Linux, "linux", linux.clone()),
+                (
+                    Section::Osrel,
+                    "osrel",
+                    b"ID=sovereign\nVERSION_ID=0.1\n".to_vec(),
+                ),
+                (
+                    Section::Cmdline,
+                    "cmdline",
+                    b"lockdown=integrity module.sig_enforce=1".to_vec(),
+                ),
+                (Section::Initrd, "initrd", initrd),
+            ];
+            let theirs = systemd_measure(tool, &files);
+            let sections: Vec<(Section, &[u8])> =
+                files.iter().map(|(s, _, d)| (*s, d.as_slice())).collect();
+            let ours: Vec<(String, String)> = predict_pcr11(&sections)
+                .into_iter()
+                .map(|p| (p.phase, hex::encode(p.pcr11)))
+                .collect();
+            assert_eq!(ours, theirs);
+        }
+    }
+
+    /// Of two sections of one name the stub finds the last.
+    #[test]
+    fn the_last_of_two_sections_of_a_name_counts() {
+        let twice = predict_pcr11(&[(Section::Cmdline, b"a"), (Section::Cmdline, b"b")]);
+        let last = predict_pcr11(&[(Section::Cmdline, b"b")]);
+        assert_eq!(hexes(&twice), hexes(&last));
     }
 }

@@ -8,7 +8,6 @@
 //! file alignment.
 
 use crate::measure::Section;
-use attest::report::report;
 use object::pe;
 use object::read::pe::{ImageNtHeaders, ImageOptionalHeader};
 use object::LittleEndian as LE;
@@ -18,8 +17,8 @@ use object::LittleEndian as LE;
 #[non_exhaustive]
 pub enum UkiError {
     /// The stub is not a PE32+ EFI application.
-    #[error("the EFI stub is not a PE32+ image: {0}")]
-    NotPe(String),
+    #[error("the EFI stub is not a PE32+ image")]
+    NotPe(#[source] object::Error),
     /// The stub's headers have no room for more section headers.
     #[error("the EFI stub's headers have room for {room} more sections, {needed} needed")]
     NoHeaderRoom {
@@ -36,6 +35,27 @@ pub enum UkiError {
     /// A section exceeds what PE can address.
     #[error("section {0} is too large for a PE image")]
     TooLarge(&'static str),
+    /// Two sections of one name: systemd-stub would use the last and measure only it, so
+    /// the first would be dead weight whose presence the prediction could not show.
+    #[error("section {0} is given twice")]
+    DuplicateSection(&'static str),
+    /// An empty section: systemd-stub and systemd-measure skip it, so it would be in the
+    /// image without being measured.
+    #[error("section {0} is empty")]
+    EmptySection(&'static str),
+}
+
+/// Each section once, none empty: so that what the stub measures is every added section.
+fn check_sections(sections: &[(Section, &[u8])]) -> Result<(), UkiError> {
+    for (i, (section, data)) in sections.iter().enumerate() {
+        if data.is_empty() {
+            return Err(UkiError::EmptySection(section.name()));
+        }
+        if sections[..i].iter().any(|(s, _)| s == section) {
+            return Err(UkiError::DuplicateSection(section.name()));
+        }
+    }
+    Ok(())
 }
 
 /// Characteristics of the added sections: initialized, read-only data.
@@ -60,7 +80,7 @@ fn align(v: u64, a: u64) -> u64 {
 }
 
 fn layout(stub: &[u8]) -> Result<Layout, UkiError> {
-    let bad = |e: object::Error| UkiError::NotPe(report(&e).to_string());
+    let bad = UkiError::NotPe;
     let dos = pe::ImageDosHeader::parse(stub).map_err(bad)?;
     let mut offset = u64::from(dos.nt_headers_offset());
     let nt_start = offset as usize;
@@ -128,6 +148,7 @@ pub fn assemble(
     timestamp: u32,
 ) -> Result<Vec<u8>, UkiError> {
     let l = layout(stub)?;
+    check_sections(sections)?;
     let header_end = l.section_table + 40 * l.sections;
     let limit = l.size_of_headers.min(l.first_raw);
     let room = limit.saturating_sub(header_end) / 40;
@@ -287,5 +308,26 @@ mod tests {
         let l = layout(&stub).unwrap();
         put_u32(&mut stub, l.file_header + 8, 0);
         assert_eq!(assemble(&stub, &[], 0), Err(UkiError::Signed));
+    }
+
+    #[test]
+    fn refuses_a_section_twice_or_an_empty_one() {
+        let Some(stub) = stub() else {
+            eprintln!("skipped: {STUB} missing (package systemd-boot-efi)");
+            return;
+        };
+        let twice = [(Section::Cmdline, &b"a"[..]), (Section::Cmdline, &b"b"[..])];
+        assert_eq!(
+            assemble(&stub, &twice, 0),
+            Err(UkiError::DuplicateSection(".cmdline"))
+        );
+        let empty = [
+            (Section::Osrel, &b"ID=x\n"[..]),
+            (Section::Initrd, &b""[..]),
+        ];
+        assert_eq!(
+            assemble(&stub, &empty, 0),
+            Err(UkiError::EmptySection(".initrd"))
+        );
     }
 }

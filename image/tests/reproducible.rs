@@ -1,5 +1,6 @@
 //! Two builds from the same lock and `SOURCE_DATE_EPOCH`, in different folders at different
-//! times, give byte-identical outputs; a different epoch does not (so the test can fail).
+//! times and under different umasks, give byte-identical outputs; a different epoch does not
+//! (so the test can fail).
 
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
@@ -13,11 +14,15 @@ const OUTPUTS: [&str; 5] = [
     "manifest.json",
 ];
 
-fn build(work: &Path, name: &str, epoch: &str, key: &Path, hostd: &Path) -> PathBuf {
+/// Runs `image build` under the builder's `umask`, which must not reach the outputs.
+fn build(work: &Path, name: &str, epoch: &str, umask: &str, key: &Path, hostd: &Path) -> PathBuf {
     let out = work.join(name);
     let target = PathBuf::from(env!("CARGO_BIN_EXE_image"));
     let target = target.parent().and_then(Path::parent).expect("target dir");
-    let status = Command::new(env!("CARGO_BIN_EXE_image"))
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(format!("umask {umask} && exec \"$0\" \"$@\""))
+        .arg(env!("CARGO_BIN_EXE_image"))
         .env("SOURCE_DATE_EPOCH", epoch)
         .arg("build")
         .arg("--out")
@@ -52,12 +57,14 @@ fn two_builds_are_byte_identical() {
     std::fs::write(&key, format!("{}\n", "42".repeat(32))).expect("key");
     std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))
         .expect("key mode");
-    let a = build(work.path(), "a", "1764547200", &key, &hostd);
+    let a = build(work.path(), "a", "1764547200", "022", &key, &hostd);
     std::thread::sleep(std::time::Duration::from_secs(2));
     let b = build(
         &work.path().join("elsewhere"),
         "b",
         "1764547200",
+        // A cautious builder's umask: folders the build makes would be 0700, not 0755.
+        "077",
         &key,
         &hostd,
     );
@@ -68,7 +75,7 @@ fn two_builds_are_byte_identical() {
             "{name} differs"
         );
     }
-    let c = build(work.path(), "c", "1764547201", &key, &hostd);
+    let c = build(work.path(), "c", "1764547201", "022", &key, &hostd);
     assert_ne!(
         digest(&a.join("uki.efi")),
         digest(&c.join("uki.efi")),
