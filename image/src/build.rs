@@ -169,6 +169,34 @@ pub fn build(spec: &BuildSpec) -> Result<Built, BuildError> {
     // builders, two images. The umask is the process's; the build is its only work.
     rustix::process::umask(rustix::fs::Mode::from_raw_mode(0o022));
     prepare_out(&spec.out)?;
+    let built = build_into(spec, epoch32);
+    if built.is_err() {
+        discard(&spec.out);
+    }
+    built
+}
+
+/// What a build writes into its output folder ([`write_signed_manifest`] the last).
+const OUTPUTS: [&str; 6] = [
+    ".work",
+    "uki.efi",
+    "esp.img",
+    "root.erofs",
+    "root.verity",
+    "manifest.json",
+];
+
+/// Removes what a failed build wrote into its output folder (which it found empty): no UKI
+/// without a manifest is left to be mistaken for a release, none of the unpacked root's
+/// gigabyte, and a rerun into the same folder can start. Best effort: the build's own error is
+/// the one to report, and what could not be removed makes a rerun say the folder is not empty.
+pub fn discard(out: &Path) {
+    for name in OUTPUTS {
+        let _ = rootfs::remove_any(&out.join(name));
+    }
+}
+
+fn build_into(spec: &BuildSpec, epoch32: u32) -> Result<Built, BuildError> {
     let work = spec.out.join(".work");
     let debs = apt::fetch(&spec.lock, &spec.cache)?;
     let root = work.join("root");

@@ -133,7 +133,8 @@ fn build(args: BuildArgs) -> Result<()> {
         extra_cmdline: args.extra_cmdline,
     };
     let built = image::build::build(&spec)?;
-    let signed = image::build::write_signed_manifest(&args.out, built.manifest, &key)?;
+    let signed = image::build::write_signed_manifest(&args.out, built.manifest, &key)
+        .inspect_err(|_| image::build::discard(&args.out))?;
     let size = |p: &std::path::Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
     println!(
         "built {} {} in {:.1} s: uki.efi {} bytes, root.erofs {} bytes; pcr.11 {}",

@@ -121,6 +121,31 @@ fn closure(deps: &BTreeMap<String, Vec<String>>, wanted: &[&str]) -> BTreeSet<St
     keep
 }
 
+/// Each wanted name is a module of this kernel, as a file or built in; each wanted folder
+/// holds one.
+fn check_known(
+    deps: &BTreeMap<String, Vec<String>>,
+    builtin: &str,
+    wanted: &[&str],
+    version: &str,
+) -> Result<(), TreeError> {
+    let known = |w: &str| match w.strip_suffix('/') {
+        Some(dir) => deps.keys().any(|p| p.starts_with(&format!("{dir}/"))),
+        None => deps
+            .keys()
+            .map(String::as_str)
+            .chain(builtin.lines().map(str::trim))
+            .any(|p| module_name(p) == w),
+    };
+    match wanted.iter().find(|w| !known(w)) {
+        Some(w) => Err(TreeError::UnknownModule {
+            name: (*w).to_owned(),
+            version: version.to_owned(),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Keeps only the modules `wanted` selects (and their dependencies) in `root`'s kernel, and
 /// regenerates the module index. Returns how many modules were kept.
 pub fn keep_only(root: &Path, version: &str, wanted: &[&str]) -> Result<usize, TreeError> {
@@ -128,8 +153,11 @@ pub fn keep_only(root: &Path, version: &str, wanted: &[&str]) -> Result<usize, T
     let dir = root.join("usr/lib/modules").join(version);
     let dep_file = dir.join("modules.dep");
     let deps = parse_deps(&std::fs::read_to_string(&dep_file).map_err(io(&dep_file))?);
+    let builtin_file = dir.join("modules.builtin");
+    let builtin = std::fs::read_to_string(&builtin_file).map_err(io(&builtin_file))?;
+    check_known(&deps, &builtin, wanted, version)?;
     let keep = closure(&deps, wanted);
-    // A wanted name with no module file is built into this kernel: nothing to keep.
+    // A wanted name built into this kernel has no module file: nothing to keep for it.
     for path in deps.keys().filter(|p| !keep.contains(*p)) {
         remove_any(&dir.join(path))?;
     }
@@ -192,6 +220,22 @@ mod tests {
             ]
         );
         assert!(!keep.iter().any(|p| p.contains("snd")));
+    }
+
+    /// A name that is a module file, a built-in, or a folder with modules passes; one that
+    /// is none of them is named in the error.
+    #[test]
+    fn a_name_the_kernel_lacks_is_refused() {
+        let deps = parse_deps("kernel/fs/erofs/erofs.ko:\nkernel/net/netfilter/nf_tables.ko:\n");
+        let builtin = "kernel/drivers/block/virtio_blk.ko\n";
+        let ok = ["erofs", "virtio_blk", "kernel/net/netfilter/"];
+        assert!(check_known(&deps, builtin, &ok, "6.1").is_ok());
+        for bad in ["erfos", "kernel/sound/"] {
+            match check_known(&deps, builtin, &[bad], "6.1") {
+                Err(TreeError::UnknownModule { name, .. }) => assert_eq!(name, bad),
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
     }
 
     #[test]

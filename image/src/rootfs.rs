@@ -29,6 +29,10 @@ pub enum TreeError {
     /// The packages did not give what the image needs.
     #[error("the unpacked packages lack {0}")]
     Missing(String),
+    /// A module the image's lists name is neither a module file nor built into the kernel:
+    /// a typo, or a module renamed in the kernel the lock now pins.
+    #[error("kernel {version} has no module {name} (neither in modules.dep nor in modules.builtin): correct the list in image/src/modules.rs")]
+    UnknownModule { name: String, version: String },
 }
 
 pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> TreeError + '_ {

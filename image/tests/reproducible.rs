@@ -82,3 +82,41 @@ fn two_builds_are_byte_identical() {
         "the epoch must reach the outputs"
     );
 }
+
+/// A build that fails half-way (here: no hostd to install, found after the packages were
+/// unpacked) leaves its output folder as it found it: empty, so no UKI without a manifest is
+/// left behind and a rerun into it can start.
+#[test]
+fn a_failed_build_leaves_its_folder_empty() {
+    let work = tempfile::tempdir().expect("work");
+    let key = work.path().join("release.key");
+    std::fs::write(&key, format!("{}\n", "42".repeat(32))).expect("key");
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .expect("key mode");
+    let out = work.path().join("out");
+    let target = PathBuf::from(env!("CARGO_BIN_EXE_image"));
+    let target = target.parent().and_then(Path::parent).expect("target dir");
+    let output = Command::new(env!("CARGO_BIN_EXE_image"))
+        .env("SOURCE_DATE_EPOCH", "1764547200")
+        .arg("build")
+        .arg("--out")
+        .arg(&out)
+        .arg("--hostd")
+        .arg(work.path().join("no-hostd"))
+        .arg("--init")
+        .arg("/usr/bin/true")
+        .arg("--release-key")
+        .arg(&key)
+        .arg("--cache")
+        .arg(target.join("image-debs"))
+        .output()
+        .expect("image build");
+    assert!(!output.status.success(), "a build without hostd succeeded");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("no-hostd"), "{stderr}");
+    let left: Vec<_> = std::fs::read_dir(&out)
+        .expect("the output folder")
+        .map(|e| e.expect("entry").file_name())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
