@@ -29,7 +29,11 @@ pub enum AptError {
         available: String,
     },
     /// A downloaded `.deb` is not the pinned one.
-    #[error("{path}: SHA-256 {got}, but packages.lock pins {name} {version} at {want}")]
+    #[error(
+        "{path}: SHA-256 {got}, but packages.lock pins {name} {version} at {want}. Delete the \
+         file so that the build downloads it again; if the download differs too, do not build: \
+         the mirror serves other bytes than those the lock was made from"
+    )]
     HashMismatch {
         /// The file.
         path: PathBuf,

@@ -13,7 +13,6 @@
 //! stub   systemd-boot-efi  252.39-1~deb12u2  <64 hex digits>
 //! ```
 
-use attest::report::report;
 use serde::Deserialize;
 use std::collections::BTreeSet;
 use std::fmt;
@@ -72,9 +71,13 @@ pub enum LockError {
     /// The same package twice.
     #[error("packages.lock lists {0} twice")]
     Duplicate(String),
-    /// `packages.toml` could not be read.
-    #[error("packages.toml: {0}")]
-    Spec(String),
+    /// `packages.toml` is not valid TOML of the expected shape.
+    #[error("packages.toml")]
+    Spec(#[source] toml::de::Error),
+    /// `packages.toml` names something that cannot be a Debian package (the names reach
+    /// `apt-get`'s command line).
+    #[error("packages.toml: {0:?} is not a package name")]
+    NotAPackageName(String),
 }
 
 impl Lock {
@@ -189,8 +192,7 @@ pub struct PartSpec {
 impl Spec {
     /// Parses `packages.toml`.
     pub fn parse(text: &str) -> Result<Spec, LockError> {
-        let spec: Spec =
-            toml::from_str(text).map_err(|e| LockError::Spec(report(&e).to_string()))?;
+        let spec: Spec = toml::from_str(text).map_err(LockError::Spec)?;
         for name in spec
             .image
             .install
@@ -200,7 +202,7 @@ impl Spec {
             .chain(&spec.stub.exclude)
         {
             if !is_package_name(name) {
-                return Err(LockError::Spec(format!("{name:?} is not a package name")));
+                return Err(LockError::NotAPackageName(name.clone()));
             }
         }
         Ok(spec)

@@ -599,22 +599,24 @@ impl Vm {
 
     /// Boots a machine that must not get as far as hostd (its sealed state stays closed):
     /// waits until it powers off by itself (the image's answer to a failed boot) or `window`
-    /// passes, whichever is first, then stops it; returns the console.
+    /// passes, whichever is first, then stops it; returns the console and whether the machine
+    /// had powered itself off.
     pub(crate) fn boot_refused(
         fx: &Fixture,
         esp: &Path,
         state: &Path,
         label: &str,
         window: Duration,
-    ) -> String {
+    ) -> (String, bool) {
         let mut vm = Vm::start(fx, esp, state, label, Provisioning::Attached);
         let deadline = Instant::now() + window;
         while Instant::now() < deadline && !vm.has_exited() {
             std::thread::sleep(Duration::from_millis(250));
         }
+        let powered_off = vm.has_exited();
         let console = vm.console_text();
         vm.power_cut();
-        console
+        (console, powered_off)
     }
 
     fn start(

@@ -37,16 +37,24 @@ fn the_image_boots_attests_and_a_changed_command_line_is_caught() {
     // A good boot reaches hostd in about a minute here; this one gets three and must not. It
     // normally powers itself off in under one (a power cut instead counts against the TPM's
     // dictionary-attack budget, which swtpm keeps at 3 unclean restarts).
-    let console = Vm::boot_refused(
+    let (console, powered_off) = Vm::boot_refused(
         &fx,
         &tampered,
         &fx.state,
         "changed command line, sealed state",
         Duration::from_secs(180),
     );
+    // Refused for the right reason, by the TPM (the spec's name for response code 0x99d: the
+    // PCRs differ from the sealing policy's), and the node then powered itself off; not a
+    // qemu that failed to start or a kernel that never ran (the tampered command line drops
+    // `quiet`, so the initrd's lines reach the console).
     assert!(
-        !console.contains("hostd ready"),
-        "under a changed UKI the sealed state disk must stay closed:\n{console}"
+        console.contains("TPM_RC_POLICY_FAIL") && !console.contains("hostd ready"),
+        "under a changed UKI the TPM must refuse the sealed state disk's secret:\n{console}"
+    );
+    assert!(
+        powered_off,
+        "the node must power itself off when its state disk stays closed:\n{console}"
     );
 
     let fresh = fx.work.join("state-fresh.img");
