@@ -40,6 +40,10 @@ struct BuildArgs {
     /// Output folder (new or empty).
     #[arg(long)]
     out: PathBuf,
+    /// The image folder of the checkout being built, holding packages.lock and files/ (by
+    /// default the one this program was compiled from).
+    #[arg(long, default_value = IMAGE_DIR)]
+    dir: PathBuf,
     /// The production hostd (`cargo build --release -p hostd --no-default-features`).
     #[arg(long)]
     hostd: PathBuf,
@@ -110,7 +114,7 @@ fn lock(dir: PathBuf) -> Result<()> {
 
 fn build(args: BuildArgs) -> Result<()> {
     let started = std::time::Instant::now();
-    let dir = PathBuf::from(IMAGE_DIR);
+    let dir = args.dir.clone();
     let lock_path = dir.join("packages.lock");
     let lock = image::lock::Lock::parse(
         &std::fs::read_to_string(&lock_path)
