@@ -383,60 +383,38 @@ fn install_pcrphase(spec: &BuildSpec, root: &Path) -> Result<(), BuildError> {
 }
 
 /// hostd, its units and the image's configuration files.
+/// The files of `image/files/` and where the image has them (each 0644).
+const IMAGE_FILES: &[(&str, &str)] = &[
+    ("hostd.service", "usr/lib/systemd/system/hostd.service"),
+    (
+        "sovereign-provision.service",
+        "usr/lib/systemd/system/sovereign-provision.service",
+    ),
+    ("nftables.conf", "etc/nftables.conf"),
+    ("uplink.network", "etc/systemd/network/50-uplink.network"),
+    (
+        "journald.conf",
+        "etc/systemd/journald.conf.d/50-sovereign.conf",
+    ),
+    ("sysctl.conf", "etc/sysctl.d/50-sovereign.conf"),
+    ("nsswitch.conf", "etc/nsswitch.conf"),
+    ("logind.conf", "etc/systemd/logind.conf.d/50-sovereign.conf"),
+    (
+        "logind-after-hostd.conf",
+        "usr/lib/systemd/system/systemd-logind.service.d/50-sovereign.conf",
+    ),
+    (
+        "udev-coldplug.conf",
+        "usr/lib/systemd/system/systemd-udev-trigger.service.d/50-sovereign.conf",
+    ),
+];
+
 fn install_files(spec: &BuildSpec, root: &Path) -> Result<(), BuildError> {
-    let f = |name: &str| read(&spec.files.join(name));
     install_hostd(spec, root)?;
     install_pcrphase(spec, root)?;
-    write_file(
-        root,
-        "usr/lib/systemd/system/hostd.service",
-        &f("hostd.service")?,
-        0o644,
-    )?;
-    write_file(
-        root,
-        "usr/lib/systemd/system/sovereign-provision.service",
-        &f("sovereign-provision.service")?,
-        0o644,
-    )?;
-    write_file(root, "etc/nftables.conf", &f("nftables.conf")?, 0o644)?;
-    write_file(
-        root,
-        "etc/systemd/network/50-uplink.network",
-        &f("uplink.network")?,
-        0o644,
-    )?;
-    write_file(
-        root,
-        "etc/systemd/journald.conf.d/50-sovereign.conf",
-        &f("journald.conf")?,
-        0o644,
-    )?;
-    write_file(
-        root,
-        "etc/sysctl.d/50-sovereign.conf",
-        &f("sysctl.conf")?,
-        0o644,
-    )?;
-    write_file(root, "etc/nsswitch.conf", &f("nsswitch.conf")?, 0o644)?;
-    write_file(
-        root,
-        "etc/systemd/logind.conf.d/50-sovereign.conf",
-        &f("logind.conf")?,
-        0o644,
-    )?;
-    write_file(
-        root,
-        "usr/lib/systemd/system/systemd-logind.service.d/50-sovereign.conf",
-        &f("logind-after-hostd.conf")?,
-        0o644,
-    )?;
-    write_file(
-        root,
-        "usr/lib/systemd/system/systemd-udev-trigger.service.d/50-sovereign.conf",
-        &f("udev-coldplug.conf")?,
-        0o644,
-    )?;
+    for (name, at) in IMAGE_FILES {
+        write_file(root, at, &read(&spec.files.join(name))?, 0o644)?;
+    }
     // The node resolves no names. The file is there because each job gets its lease's own
     // resolv.conf bind-mounted over it, and a bind mount needs its target.
     write_file(
@@ -837,6 +815,20 @@ mod tests {
         let line = cmdline(&spec, &"ab".repeat(32));
         let parsed = sovereign_init::cmdline::parse(&line).unwrap();
         assert_eq!(parsed.state_disk.as_deref(), Some(device));
+    }
+
+    /// Every file of `image/files/` goes into the image, each once.
+    #[test]
+    fn every_image_file_is_installed() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("files");
+        let mut files: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        files.sort();
+        let mut installed: Vec<String> = IMAGE_FILES.iter().map(|(f, _)| f.to_string()).collect();
+        installed.sort();
+        assert_eq!(files, installed);
     }
 
     /// The root's phases measured in place of systemd-pcrphase are the ones the prediction
