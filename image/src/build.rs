@@ -258,19 +258,8 @@ fn prepare_out(out: &Path) -> Result<(), BuildError> {
 /// The root's configuration; returns the kernel image (taken out of `/boot`).
 fn configure_root(spec: &BuildSpec, root: &Path) -> Result<Vec<u8>, BuildError> {
     rootfs::merge_usr(root)?;
-    let version = rootfs::kernel_version(root)?;
-    let vmlinuz = root.join("boot").join(format!("vmlinuz-{version}"));
-    let kernel = std::fs::read(&vmlinuz).map_err(io(&vmlinuz))?;
-    rootfs::remove_any(&root.join("boot"))?;
+    let kernel = take_kernel(root)?;
     rootfs::leave_out(root)?;
-    modules::keep_only(root, &version, modules::ROOT_MODULES)?;
-    let preload = modules::ROOT_PRELOAD.join("\n") + "\n";
-    write_file(
-        root,
-        "usr/lib/modules-load.d/50-sovereign.conf",
-        preload.as_bytes(),
-        0o644,
-    )?;
     install_files(spec, root)?;
     write_file(
         root,
@@ -281,6 +270,31 @@ fn configure_root(spec: &BuildSpec, root: &Path) -> Result<Vec<u8>, BuildError> 
     rootfs::sysusers(root, spec.epoch)?;
     rootfs::check_udev_groups(root)?;
     rootfs::ldconfig(root)?;
+    set_up_units(root)?;
+    what_packages_scripts_make(root)?;
+    Ok(kernel)
+}
+
+/// Takes the kernel image out of `/boot` (it goes into the UKI) and cuts the kernel's modules
+/// to the root's, with those loaded up front named for `systemd-modules-load`.
+fn take_kernel(root: &Path) -> Result<Vec<u8>, BuildError> {
+    let version = rootfs::kernel_version(root)?;
+    let vmlinuz = root.join("boot").join(format!("vmlinuz-{version}"));
+    let kernel = std::fs::read(&vmlinuz).map_err(io(&vmlinuz))?;
+    rootfs::remove_any(&root.join("boot"))?;
+    modules::keep_only(root, &version, modules::ROOT_MODULES)?;
+    let preload = modules::ROOT_PRELOAD.join("\n") + "\n";
+    write_file(
+        root,
+        "usr/lib/modules-load.d/50-sovereign.conf",
+        preload.as_bytes(),
+        0o644,
+    )?;
+    Ok(kernel)
+}
+
+/// The units the node starts, masks and boots to.
+fn set_up_units(root: &Path) -> Result<(), BuildError> {
     rootfs::enable_units(
         root,
         &[
@@ -296,7 +310,24 @@ fn configure_root(spec: &BuildSpec, root: &Path) -> Result<Vec<u8>, BuildError> 
         root,
         &["systemd-network-generator.service", "modprobe@drm.service"],
     )?;
-    // Mount points must exist on a read-only root (base-files would have made them).
+    // /tmp is a tmpfs (systemd's own unit, shipped but not enabled by Debian).
+    let tmp_mount = read(&root.join("usr/share/systemd/tmp.mount"))?;
+    write_file(root, "usr/lib/systemd/system/tmp.mount", &tmp_mount, 0o644)?;
+    let wants = root.join("usr/lib/systemd/system/local-fs.target.wants/tmp.mount");
+    std::fs::create_dir_all(wants.parent().unwrap_or(root)).map_err(io(&wants))?;
+    std::os::unix::fs::symlink("../tmp.mount", &wants).map_err(io(&wants))?;
+    // A server boots to multi-user.target; Debian's default is graphical.target, which only
+    // adds a display manager the node does not have.
+    let default = root.join("usr/lib/systemd/system/default.target");
+    rootfs::remove_any(&default)?;
+    std::os::unix::fs::symlink("multi-user.target", &default).map_err(io(&default))?;
+    Ok(())
+}
+
+/// What base-files, systemd-sysv and systemd's scripts would have made (no maintainer script
+/// runs): the mount points a read-only root needs, `/etc/mtab`, an empty machine-id and
+/// `/sbin/init`.
+fn what_packages_scripts_make(root: &Path) -> Result<(), BuildError> {
     for dir in [
         "dev", "proc", "sys", "run", "tmp", "var", "mnt", "root", "home", "srv",
     ] {
@@ -309,23 +340,12 @@ fn configure_root(spec: &BuildSpec, root: &Path) -> Result<Vec<u8>, BuildError> 
     let mtab = root.join("etc/mtab");
     rootfs::remove_any(&mtab)?;
     std::os::unix::fs::symlink("../proc/self/mounts", &mtab).map_err(io(&mtab))?;
-    // /tmp is a tmpfs (systemd's own unit, shipped but not enabled by Debian).
-    let tmp_mount = read(&root.join("usr/share/systemd/tmp.mount"))?;
-    write_file(root, "usr/lib/systemd/system/tmp.mount", &tmp_mount, 0o644)?;
-    let wants = root.join("usr/lib/systemd/system/local-fs.target.wants/tmp.mount");
-    std::fs::create_dir_all(wants.parent().unwrap_or(root)).map_err(io(&wants))?;
-    std::os::unix::fs::symlink("../tmp.mount", &wants).map_err(io(&wants))?;
-    // A server boots to multi-user.target; Debian's default is graphical.target, which only
-    // adds a display manager the node does not have.
-    let default = root.join("usr/lib/systemd/system/default.target");
-    rootfs::remove_any(&default)?;
-    std::os::unix::fs::symlink("multi-user.target", &default).map_err(io(&default))?;
     write_file(root, "etc/machine-id", b"", 0o444)?;
     // What systemd-sysv would provide: the initrd switches root into /sbin/init.
     let init = root.join("usr/sbin/init");
     rootfs::remove_any(&init)?;
     std::os::unix::fs::symlink("../lib/systemd/systemd", &init).map_err(io(&init))?;
-    Ok(kernel)
+    Ok(())
 }
 
 /// The groups udev's rules give devices to, which Debian's udev makes in its maintainer
