@@ -233,7 +233,7 @@ fn load_modules_from(
 /// `/var/lib/hostd`. Returns the partition, the dm-crypt device and whether the volume was
 /// made.
 pub fn open_state_in_root(device: Option<&Path>) -> Result<(PathBuf, PathBuf, bool), InitError> {
-    let part = match state::find() {
+    let part = match state::find()? {
         Some(part) => part,
         None => {
             let device = device.ok_or(StateError::NoDevice)?;
@@ -268,7 +268,7 @@ fn state_modules() -> Vec<String> {
 fn open_state(spec: &RootSpec, say: &dyn Fn(&str)) -> Result<(), InitError> {
     let sysroot = Path::new(SYSROOT);
     state::mount_var(sysroot)?;
-    let part = match state::find() {
+    let part = match state::find()? {
         Some(part) => part,
         None => match first_boot_disk(spec, say) {
             Some(disk) => partition(&disk)?,

@@ -1,5 +1,6 @@
 //! device-mapper, through its control device's ioctls (`<linux/dm-ioctl.h>`, interface
-//! version 4): create a device, load a read-only table into it, resume it. What
+//! version 4): create a device, load a read-only table into it, resume it; remove it again
+//! when that fails part way. What
 //! libdevmapper does for `veritysetup open`, without its udev handshake (there is no udev
 //! here) or its libraries.
 //!
@@ -10,7 +11,7 @@ use crate::verity::{DevNum, Table};
 use std::fs::File;
 use std::io;
 use std::path::Path;
-use zeroize::Zeroize;
+use zeroize::{Zeroize, Zeroizing};
 
 /// `sizeof(struct dm_ioctl)`.
 pub const HEADER_LEN: usize = 312;
@@ -24,12 +25,14 @@ pub const READONLY: u32 = 1 << 0;
 /// `DM_BUFFER_FULL_FLAG`: the kernel's answer did not fit.
 const BUFFER_FULL: u32 = 1 << 8;
 
-/// `DM_DEV_CREATE_CMD`, `DM_DEV_SUSPEND_CMD` (without the suspend flag: resume) and
-/// `DM_TABLE_LOAD_CMD`.
+/// `DM_DEV_CREATE_CMD`, `DM_DEV_REMOVE_CMD`, `DM_DEV_SUSPEND_CMD` (without the suspend
+/// flag: resume) and `DM_TABLE_LOAD_CMD`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Command {
     /// Create an empty device.
     Create = 3,
+    /// Remove a device (and its tables).
+    Remove = 4,
     /// Resume: make the loaded table live.
     Resume = 6,
     /// Load a table (inactive until resumed).
@@ -104,16 +107,22 @@ fn put_str(
 /// A request: the header for device `name` (and `uuid`, for [`Command::Create`]) with
 /// `flags`, followed by `targets` as `dm_target_spec`s, each with its NUL-terminated
 /// parameters padded to 8 bytes.
+///
+/// A dm-crypt table's parameters hold the volume key: the copies made on the way are wiped
+/// when dropped and allocated at their final size (a grown buffer would leave a copy in the
+/// old one). The caller wipes the request returned.
 pub fn request(
     name: &str,
     uuid: Option<&str>,
     flags: u32,
     targets: &[(&str, &Table)],
 ) -> Result<Vec<u8>, DmError> {
-    let mut specs = Vec::new();
+    let spec_len = |t: &Table| SPEC_LEN + (t.params.len() + 1).next_multiple_of(8);
+    let total = targets.iter().map(|(_, t)| spec_len(t)).sum();
+    let mut specs = Zeroizing::new(Vec::with_capacity(total));
     for (kind, table) in targets {
-        let params_len = (table.params.len() + 1).next_multiple_of(8);
-        let mut spec = vec![0u8; SPEC_LEN + params_len];
+        let params_len = spec_len(table) - SPEC_LEN;
+        let mut spec = Zeroizing::new(vec![0u8; SPEC_LEN + params_len]);
         spec[8..16].copy_from_slice(&table.sectors.to_ne_bytes());
         let next = u32::try_from(SPEC_LEN + params_len)
             .map_err(|_| DmError::TableTooLong(table.params.len()))?;
@@ -184,17 +193,18 @@ impl Control {
         Ok(Control { file })
     }
 
-    fn call(&self, command: Command, name: &str, mut buf: Vec<u8>) -> Result<Vec<u8>, DmError> {
-        self.call_in_place(command, name, &mut buf)?;
-        Ok(buf)
-    }
-
     fn call_in_place(&self, command: Command, name: &str, buf: &mut [u8]) -> Result<(), DmError> {
         crate::sys::dm_ioctl(&self.file, command.request(), buf).map_err(|source| DmError::Ioctl {
             command,
             name: name.to_owned(),
             source,
         })
+    }
+
+    /// Removes the device `name`: a dm-crypt device holds its key in the kernel until then,
+    /// and its name is taken (a later create fails with EEXIST).
+    pub fn remove(&self, name: &str) -> Result<(), DmError> {
+        remove_with(&mut |c, n, b| self.call_in_place(c, n, b), name)
     }
 
     /// Creates a read-only device `name` with `table` live (create, load, resume); returns
@@ -212,6 +222,9 @@ impl Control {
     /// Creates a device `name` with `table` live (create, load with `flags`, resume); returns
     /// its device number. The table load's buffer is wiped after the call: a dm-crypt table
     /// carries the volume key.
+    ///
+    /// A device created but not made live (the load or the resume refused) is removed again,
+    /// so a retry finds the name free; the error returned is the one that stopped it.
     pub fn create(
         &self,
         name: &str,
@@ -220,15 +233,42 @@ impl Control {
         table: &Table,
         flags: u32,
     ) -> Result<DevNum, DmError> {
-        let created = self.call(Command::Create, name, request(name, Some(uuid), 0, &[])?)?;
-        let dev = answered_dev(&created, Command::Create)?;
+        let mut call = |c, n: &str, b: &mut [u8]| self.call_in_place(c, n, b);
+        create_with(&mut call, name, uuid, (target, table), flags)
+    }
+}
+
+/// How a request reaches the kernel: [`Control`]'s ioctl, or a test's stand-in.
+type Call<'a> = dyn FnMut(Command, &str, &mut [u8]) -> Result<(), DmError> + 'a;
+
+/// [`Control::create`] over `call`.
+fn create_with(
+    call: &mut Call,
+    name: &str,
+    uuid: &str,
+    (target, table): (&str, &Table),
+    flags: u32,
+) -> Result<DevNum, DmError> {
+    let mut created = request(name, Some(uuid), 0, &[])?;
+    call(Command::Create, name, &mut created)?;
+    let live = answered_dev(&created, Command::Create).and_then(|dev| {
         let mut load = request(name, None, flags, &[(target, table)])?;
-        let loaded = self.call_in_place(Command::LoadTable, name, &mut load);
+        let loaded = call(Command::LoadTable, name, &mut load);
         load.zeroize();
         loaded?;
-        self.call(Command::Resume, name, request(name, None, 0, &[])?)?;
+        call(Command::Resume, name, &mut request(name, None, 0, &[])?)?;
         Ok(dev)
+    });
+    if live.is_err() {
+        // Best effort: the error worth reporting is the one that stopped the create.
+        let _ = remove_with(call, name);
     }
+    live
+}
+
+/// [`Control::remove`] over `call`.
+fn remove_with(call: &mut Call, name: &str) -> Result<(), DmError> {
+    call(Command::Remove, name, &mut request(name, None, 0, &[])?)
 }
 
 #[cfg(test)]
@@ -239,6 +279,7 @@ mod tests {
     fn request_numbers_are_the_headers() {
         // DM_DEV_CREATE, DM_DEV_SUSPEND and DM_TABLE_LOAD as strace prints them.
         assert_eq!(Command::Create.request(), 0xc138_fd03);
+        assert_eq!(Command::Remove.request(), 0xc138_fd04);
         assert_eq!(Command::Resume.request(), 0xc138_fd06);
         assert_eq!(Command::LoadTable.request(), 0xc138_fd09);
     }
@@ -269,6 +310,60 @@ mod tests {
         assert_eq!(&spec[24..31], b"verity\0");
         assert_eq!(&spec[40..40 + table.params.len()], table.params.as_bytes());
         assert_eq!(spec[40 + table.params.len()], 0);
+    }
+
+    /// Runs [`create_with`] against a kernel stand-in that refuses `failing`; returns the
+    /// error and the commands sent, with the name each named.
+    fn create_refusing(failing: Command) -> (Result<DevNum, DmError>, Vec<(Command, String)>) {
+        let mut sent = Vec::new();
+        let mut call = |command: Command, name: &str, buf: &mut [u8]| {
+            sent.push((command, name.to_owned()));
+            if command == failing {
+                return Err(DmError::Ioctl {
+                    command,
+                    name: name.to_owned(),
+                    source: io::Error::from_raw_os_error(libc::EINVAL),
+                });
+            }
+            // The kernel answers with the device number of a created device.
+            buf[40..48].copy_from_slice(&((254u64 << 8) | 3).to_ne_bytes());
+            Ok(())
+        };
+        let table = Table {
+            sectors: 8,
+            params: "aes-xts-plain64 00 0 254:1 0".into(),
+        };
+        let result = create_with(&mut call, "sovstate", "CRYPT-x", ("crypt", &table), 0);
+        (result, sent)
+    }
+
+    #[test]
+    fn a_device_not_made_live_is_removed_and_the_first_error_returned() {
+        use Command::*;
+        for (failing, expected) in [
+            (LoadTable, vec![Create, LoadTable, Remove]),
+            (Resume, vec![Create, LoadTable, Resume, Remove]),
+            // Nothing was created: nothing to remove.
+            (Create, vec![Create]),
+        ] {
+            let (result, sent) = create_refusing(failing);
+            assert!(
+                matches!(&result, Err(DmError::Ioctl { command, .. }) if *command == failing),
+                "{result:?}"
+            );
+            let commands: Vec<_> = sent.iter().map(|(c, _)| *c).collect();
+            assert_eq!(commands, expected);
+            assert!(sent.iter().all(|(_, name)| name == "sovstate"));
+        }
+        let (result, sent) = create_refusing(Remove);
+        assert_eq!(
+            result.unwrap(),
+            DevNum {
+                major: 254,
+                minor: 3
+            }
+        );
+        assert_eq!(sent.len(), 3, "a live device is not removed");
     }
 
     #[test]

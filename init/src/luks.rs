@@ -58,6 +58,19 @@ const MIN_KEY: usize = 16;
 /// cryptsetup's own ceiling for Argon2 memory (`MAX_PBKDF_MEMORY`, KiB): a header asking
 /// for more is refused before it can exhaust the initrd's memory.
 const MAX_ARGON2_KIB: u32 = 4 * 1024 * 1024;
+/// cryptsetup's ceiling for the keyslots area (`LUKS2_MAX_KEYSLOTS_SIZE`, 128 MiB): every
+/// keyslot area lies in it, so no keyslot makes this read (and allocate) more.
+const MAX_KEYSLOTS_SIZE: u64 = 128 << 20;
+/// PBKDF2 iterations, keyslot or digest. cryptsetup accepts up to 2^32-1, hours of hashing a
+/// crafted header could make PID 1 spend before the node can power off; its benchmark
+/// (`--iter-time`, 2 s by default) picks a few million on current CPUs, and the state disk's
+/// keyslot (made here, or by systemd's minimal PBKDF) has 1000. Ten million is seconds here.
+const MAX_PBKDF2_ITERATIONS: u32 = 10_000_000;
+/// Argon2's work, memory (KiB) times passes: 64 GiB filled in all. cryptsetup accepts up to
+/// 2^32-1 passes; its benchmark (2 s) takes at most 1 GiB by default (4 GiB at most) for a
+/// handful of passes (at least 4), 4 to 16 GiB in all. Bounding the product, not the passes,
+/// keeps what a small-memory keyslot's many cheap passes cost the same bound.
+const MAX_ARGON2_WORK: u64 = 64 << 20;
 
 /// Why a LUKS2 header cannot be read or a volume key recovered.
 #[derive(Debug, thiserror::Error)]
@@ -165,6 +178,8 @@ pub enum LuksError {
 pub struct Header {
     uuid: String,
     label: String,
+    /// Each header's size: the keyslots area starts after two of them.
+    hdr_size: u64,
     metadata: Metadata,
 }
 
@@ -177,6 +192,20 @@ struct Metadata {
     tokens: BTreeMap<String, Value>,
     segments: BTreeMap<String, Value>,
     digests: BTreeMap<String, Value>,
+    config: RawConfig,
+}
+
+/// The `config` object: the keyslots area's size is what bounds each keyslot's area.
+#[derive(Debug, Clone, Deserialize)]
+struct RawConfig {
+    keyslots_size: String,
+}
+
+/// Where keyslot areas may lie: the keyslots area, after both headers.
+#[derive(Debug, Clone, Copy)]
+struct KeyslotsArea {
+    start: u64,
+    end: u64,
 }
 
 /// The data segment: where the ciphertext is and how dm-crypt must read it.
@@ -347,6 +376,7 @@ impl Header {
         Ok(Header {
             uuid: c_string(&header, UUID),
             label: c_string(&header, LABEL),
+            hdr_size,
             metadata,
         })
     }
@@ -372,7 +402,6 @@ impl Header {
         if raw.kind != "crypt" {
             return Err(LuksError::SegmentType(raw.kind));
         }
-        let (offset, iv_tweak) = (&raw.offset, &raw.iv_tweak);
         let ss = raw.sector_size;
         if !ss.is_power_of_two() || !(512..=4096).contains(&ss) {
             return Err(invalid("segment 0 sector_size", ss));
@@ -381,10 +410,19 @@ impl Header {
             "dynamic" => None,
             s => Some(decimal("segment 0 size", s)?),
         };
+        // dm-crypt counts the data's start in 512-byte sectors: another offset would be
+        // rounded down, and the volume mapped from the wrong byte.
+        let offset = decimal("segment 0 offset", &raw.offset)?;
+        if offset % AREA_SECTOR as u64 != 0 {
+            return Err(invalid(
+                "segment 0 offset",
+                format!("{offset} is not a multiple of {AREA_SECTOR}"),
+            ));
+        }
         Ok(Segment {
-            offset: decimal("segment 0 offset", offset)?,
+            offset,
             size,
-            iv_tweak: decimal("segment 0 iv_tweak", iv_tweak)?,
+            iv_tweak: decimal("segment 0 iv_tweak", &raw.iv_tweak)?,
             cipher: raw.encryption,
             sector_size: ss,
         })
@@ -465,7 +503,26 @@ impl Header {
             .keyslots
             .get(&id.to_string())
             .ok_or(LuksError::NoKeyslot(id))?;
-        Keyslot::parse(id, decode(&format!("keyslot {id}"), raw)?)
+        Keyslot::parse(
+            id,
+            decode(&format!("keyslot {id}"), raw)?,
+            self.keyslots_area()?,
+        )
+    }
+
+    /// The keyslots area as `config.keyslots_size` gives it, at most cryptsetup's 128 MiB.
+    fn keyslots_area(&self) -> Result<KeyslotsArea, LuksError> {
+        let field = "config keyslots_size";
+        let size = decimal(field, &self.metadata.config.keyslots_size)?;
+        if size > MAX_KEYSLOTS_SIZE {
+            let reason = format!("{size} bytes (cryptsetup's limit is {MAX_KEYSLOTS_SIZE})");
+            return Err(invalid(field, reason));
+        }
+        let start = 2 * self.hdr_size;
+        Ok(KeyslotsArea {
+            start,
+            end: start + size,
+        })
     }
 
     /// The digest of the volume key: the one listing keyslot `id` and segment 0.
@@ -706,7 +763,8 @@ struct Keyslot {
 }
 
 impl Keyslot {
-    fn parse(id: u32, raw: RawKeyslot) -> Result<Keyslot, LuksError> {
+    /// The keyslot `raw`, whose area must lie in `keyslots`.
+    fn parse(id: u32, raw: RawKeyslot, keyslots: KeyslotsArea) -> Result<Keyslot, LuksError> {
         let unsupported = |what, name: &str| LuksError::Unsupported {
             keyslot: id,
             what,
@@ -731,11 +789,12 @@ impl Keyslot {
         if raw.af.kind != "luks1" {
             return Err(unsupported("af type", &raw.af.kind));
         }
-        let (split_len, read_len) = split_lengths(id, raw.key_size, &raw.af, area)?;
+        let (area_offset, area_size) = area_place(id, area, keyslots)?;
+        let (split_len, read_len) = split_lengths(id, raw.key_size, &raw.af, area_size)?;
         Ok(Keyslot {
             id,
             key_size: raw.key_size,
-            area_offset: decimal(&format!("keyslot {id} area.offset"), &area.offset)?,
+            area_offset,
             area_key_size: area.key_size,
             salt: base64(&format!("keyslot {id} kdf.salt"), &raw.kdf.salt)?,
             kdf: Kdf::parse(id, raw.kdf)?,
@@ -785,15 +844,40 @@ impl Keyslot {
     }
 }
 
+/// The keyslot area's offset and size, which must lie in the keyslots area: what is read
+/// (and allocated) for a keyslot is bounded by the header's size, never by its word alone.
+fn area_place(
+    keyslot: u32,
+    area: &RawArea,
+    keyslots: KeyslotsArea,
+) -> Result<(u64, u64), LuksError> {
+    let offset = decimal(&format!("keyslot {keyslot} area.offset"), &area.offset)?;
+    let size = decimal(&format!("keyslot {keyslot} area.size"), &area.size)?;
+    let inside = offset >= keyslots.start
+        && offset
+            .checked_add(size)
+            .is_some_and(|end| end <= keyslots.end);
+    if !inside {
+        return Err(invalid(
+            format!("keyslot {keyslot} area"),
+            format!(
+                "{size} bytes at offset {offset} are outside the keyslots area \
+                 (bytes {} to {})",
+                keyslots.start, keyslots.end
+            ),
+        ));
+    }
+    Ok((offset, size))
+}
+
 /// The AF-split key's length (`key_size * stripes`) and that in whole sectors, which must
-/// fit in the keyslot's area.
+/// fit in the keyslot's area of `area_size` bytes.
 fn split_lengths(
     keyslot: u32,
     key_size: usize,
     af: &RawAf,
-    area: &RawArea,
+    area_size: u64,
 ) -> Result<(usize, usize), LuksError> {
-    let area_size = decimal(&format!("keyslot {keyslot} area.size"), &area.size)?;
     let stripes = af.stripes.unwrap_or(0);
     let split = key_size.checked_mul(stripes as usize);
     let read = split.and_then(|n| n.checked_next_multiple_of(AREA_SECTOR));
@@ -829,10 +913,14 @@ impl Kdf {
         let missing = |field: &str| invalid(format!("keyslot {keyslot} kdf.{field}"), "missing");
         let algorithm = match raw.kind.as_str() {
             "pbkdf2" => {
+                let iterations = raw.iterations.ok_or_else(|| missing("iterations"))?;
                 return Ok(Kdf::Pbkdf2 {
                     hash: Hash::parse(keyslot, "pbkdf2 hash", raw.hash)?,
-                    iterations: raw.iterations.ok_or_else(|| missing("iterations"))?,
-                })
+                    iterations: bounded_iterations(
+                        &format!("keyslot {keyslot} kdf.iterations"),
+                        iterations,
+                    )?,
+                });
             }
             "argon2i" => argon2::Algorithm::Argon2i,
             "argon2id" => argon2::Algorithm::Argon2id,
@@ -849,6 +937,14 @@ impl Kdf {
             return Err(invalid(format!("keyslot {keyslot} kdf.memory"), memory));
         }
         let time = raw.time.ok_or_else(|| missing("time"))?;
+        let work = u64::from(memory) * u64::from(time);
+        if work > MAX_ARGON2_WORK {
+            let reason = format!(
+                "{time} passes over {memory} KiB: more than {} GiB in all",
+                MAX_ARGON2_WORK >> 20
+            );
+            return Err(invalid(format!("keyslot {keyslot} kdf.time"), reason));
+        }
         let cpus = raw.cpus.ok_or_else(|| missing("cpus"))?;
         let params =
             argon2::Params::new(memory, time, cpus, None).map_err(|e| LuksError::Argon2 {
@@ -857,6 +953,15 @@ impl Kdf {
             })?;
         Ok(Kdf::Argon2 { params, algorithm })
     }
+}
+
+/// `iterations` of PBKDF2, refused above [`MAX_PBKDF2_ITERATIONS`].
+fn bounded_iterations(field: &str, iterations: u32) -> Result<u32, LuksError> {
+    if iterations > MAX_PBKDF2_ITERATIONS {
+        let reason = format!("{iterations} (at most {MAX_PBKDF2_ITERATIONS} are run)");
+        return Err(invalid(field, reason));
+    }
+    Ok(iterations)
 }
 
 /// A `pbkdf2` digest: PBKDF2 of the volume key, which a candidate key must reproduce.
@@ -883,9 +988,10 @@ impl Pbkdf2Digest {
             let reason = format!("{} bytes (from {MIN_KEY} to {MAX_KEY})", digest.len());
             return Err(invalid(format!("{at} digest"), reason));
         }
+        let iterations = raw.iterations.ok_or_else(|| missing("iterations"))?;
         Ok(Pbkdf2Digest {
             hash: Hash::parse(keyslot, "digest hash", raw.hash)?,
-            iterations: raw.iterations.ok_or_else(|| missing("iterations"))?,
+            iterations: bounded_iterations(&format!("{at} iterations"), iterations)?,
             salt: base64(&at, raw.salt.as_deref().ok_or_else(|| missing("salt"))?)?,
             digest,
         })
@@ -1372,6 +1478,122 @@ mod tests {
         );
         let err = unlock(unbind, Some(&[0]));
         assert!(matches!(err, Err(LuksError::Unbound(0))), "{err:?}");
+    }
+
+    /// `edit` applied to a cryptsetup-made header, then what reading and unlocking it says.
+    fn crafted(c: &Container, edit: impl FnOnce(&mut Value)) -> Result<VolumeKey, LuksError> {
+        let mut bytes = std::fs::read(&c.image).unwrap();
+        rewrite_json(&mut bytes, edit);
+        let mut dev = io::Cursor::new(bytes);
+        Header::read(&mut dev)?.unlock(&mut dev, PASSPHRASE, None)
+    }
+
+    fn invalid_field(result: Result<VolumeKey, LuksError>) -> String {
+        match result {
+            Err(LuksError::Invalid { field, .. }) => field,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_keyslot_area_outside_the_keyslots_area_is_refused_before_it_is_read() {
+        let c = Container::pbkdf2();
+        // 1 GiB of stripes in a 1 GiB area: consistent, but far beyond the keyslots area
+        // (and the 20 MiB device); never allocated nor read.
+        let huge = |j: &mut Value| {
+            j["keyslots"]["0"]["af"]["stripes"] = (1u64 << 25).into();
+            j["keyslots"]["0"]["area"]["size"] = (1u64 << 30).to_string().into();
+        };
+        assert_eq!(invalid_field(crafted(&c, huge)), "keyslot 0 area");
+        // An area over the headers, or running past the keyslots area's end.
+        let over_header = |j: &mut Value| j["keyslots"]["0"]["area"]["offset"] = "4096".into();
+        assert_eq!(invalid_field(crafted(&c, over_header)), "keyslot 0 area");
+        let past_end = |j: &mut Value| {
+            let size = j["config"]["keyslots_size"]
+                .as_str()
+                .unwrap()
+                .parse::<u64>();
+            j["keyslots"]["0"]["area"]["offset"] = (size.unwrap() + 1).to_string().into();
+        };
+        assert_eq!(invalid_field(crafted(&c, past_end)), "keyslot 0 area");
+        // A keyslots area larger than cryptsetup ever makes bounds nothing.
+        let big_config =
+            |j: &mut Value| j["config"]["keyslots_size"] = (1u64 << 40).to_string().into();
+        assert_eq!(
+            invalid_field(crafted(&c, big_config)),
+            "config keyslots_size"
+        );
+        // Unchanged, it opens.
+        assert_eq!(crafted(&c, |_| {}).unwrap().as_bytes(), c.volume_key());
+    }
+
+    #[test]
+    fn a_segment_offset_that_is_not_whole_sectors_is_refused() {
+        let c = Container::pbkdf2();
+        let mut bytes = std::fs::read(&c.image).unwrap();
+        rewrite_json(&mut bytes, |j| {
+            j["segments"]["0"]["offset"] = ((16u64 << 20) + 100).to_string().into();
+        });
+        let err = Header::read(&mut io::Cursor::new(bytes))
+            .unwrap()
+            .segment()
+            .unwrap_err();
+        assert!(
+            matches!(&err, LuksError::Invalid { field, .. } if field == "segment 0 offset"),
+            "{err:?}"
+        );
+    }
+
+    fn kdf(kind: &str, iterations: Option<u32>, time: u32, memory: u32) -> RawKdf {
+        RawKdf {
+            kind: kind.into(),
+            salt: BASE64.encode([0u8; 32]),
+            hash: Some("sha256".into()),
+            iterations,
+            time: Some(time),
+            memory: Some(memory),
+            cpus: Some(4),
+        }
+    }
+
+    #[test]
+    fn kdf_costs_beyond_what_cryptsetup_picks_are_refused_before_running() {
+        let field = |r: Result<Kdf, LuksError>| match r {
+            Err(LuksError::Invalid { field, .. }) => field,
+            Err(e) => panic!("{e:?}"),
+            Ok(_) => panic!("accepted"),
+        };
+        let pbkdf2 = |n| Kdf::parse(0, kdf("pbkdf2", Some(n), 0, 0));
+        assert!(pbkdf2(MAX_PBKDF2_ITERATIONS).is_ok());
+        assert_eq!(
+            field(pbkdf2(MAX_PBKDF2_ITERATIONS + 1)),
+            "keyslot 0 kdf.iterations"
+        );
+        assert_eq!(field(pbkdf2(u32::MAX)), "keyslot 0 kdf.iterations");
+        // cryptsetup's default (1 GiB, 4 passes) and its largest memory with a few passes.
+        let argon2 = |time, memory| Kdf::parse(0, kdf("argon2id", None, time, memory));
+        assert!(argon2(4, 1 << 20).is_ok());
+        assert!(argon2(16, MAX_ARGON2_KIB).is_ok());
+        assert_eq!(field(argon2(17, MAX_ARGON2_KIB)), "keyslot 0 kdf.time");
+        // Many passes over little memory are the same hours of work.
+        assert_eq!(field(argon2(u32::MAX, 32)), "keyslot 0 kdf.time");
+        assert_eq!(field(argon2(4, MAX_ARGON2_KIB + 1)), "keyslot 0 kdf.memory");
+        // The digest, run once per candidate key, is bounded the same.
+        let digest = |iterations| RawDigest {
+            kind: "pbkdf2".into(),
+            keyslots: vec!["0".into()],
+            segments: vec!["0".into()],
+            hash: Some("sha256".into()),
+            iterations: Some(iterations),
+            salt: Some(BASE64.encode([0u8; 32])),
+            digest: Some(BASE64.encode([0u8; 32])),
+        };
+        assert!(Pbkdf2Digest::parse(0, "0", digest(1000)).is_ok());
+        match Pbkdf2Digest::parse(0, "0", digest(u32::MAX)) {
+            Err(LuksError::Invalid { field, .. }) => assert_eq!(field, "digest 0 iterations"),
+            Err(e) => panic!("{e:?}"),
+            Ok(_) => panic!("accepted"),
+        }
     }
 
     #[test]

@@ -12,12 +12,16 @@
 //! The folder appears complete or not at all: the copy goes to `provisioned.new`, every file
 //! and folder is synced, and only then is it renamed (a power cut seconds after a first boot
 //! once left empty files behind a completed rename: ext4 writes file data late).
+//!
+//! What lands is root's alone (owner 0:0, files 0600, folders 0700), whatever the disk says:
+//! `image provision` copies with the operator's uid (often 1000), and on the node tenants'
+//! jobs run as uids from 1000. The state disk is hostd's, which runs as root.
 
 use crate::probe;
 use rustix::mount::{mount, unmount, MountFlags, UnmountFlags};
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -72,6 +76,16 @@ pub enum ProvisionError {
     )]
     NotCopied {
         /// What it is, on the mounted disk.
+        path: PathBuf,
+    },
+    /// The state disk has a `provisioned/` folder without the node's config: it may hold
+    /// hostd's state, so it is not replaced, and nothing is copied beside it.
+    #[error(
+        "{path} exists but has no {CONFIG}: it is not replaced; move it away to provision \
+         this node again"
+    )]
+    ProvisionedExists {
+        /// The folder.
         path: PathBuf,
     },
     /// A file could not be read.
@@ -232,7 +246,9 @@ fn copy_from_disk(device: &Path, places: &Places) -> Result<usize, ProvisionErro
 }
 
 /// Copies `from` (the mounted disk's `node/`) to `<state>/provisioned` through
-/// `provisioned.new`, synced before the rename and after it.
+/// `provisioned.new`, synced before the rename and after it. An existing `provisioned/` is
+/// refused before anything is copied: the rename could not replace it, and a staging copy of
+/// the node's keys would be left behind.
 fn copy_node_folder(device: &Path, from: &Path, state: &Path) -> Result<usize, ProvisionError> {
     if !from.is_dir() {
         return Err(ProvisionError::NoNodeFolder {
@@ -241,22 +257,27 @@ fn copy_node_folder(device: &Path, from: &Path, state: &Path) -> Result<usize, P
     }
     let staging = state.join(format!("{PROVISIONED}.new"));
     if staging.exists() {
-        // A copy a power cut interrupted.
+        // A copy a power cut interrupted: keys nobody will use, removed in any case.
         fs::remove_dir_all(&staging).map_err(write_err(&staging))?;
     }
-    let files = copy_tree(from, &staging)?;
     let done = state.join(PROVISIONED);
+    if fs::symlink_metadata(&done).is_ok() {
+        return Err(ProvisionError::ProvisionedExists { path: done });
+    }
+    let files = copy_tree(from, &staging)?;
     fs::rename(&staging, &done).map_err(write_err(&done))?;
     sync_dir(state)?;
     Ok(files)
 }
 
-/// Copies the folder `from` to the new folder `to` with the owners and permission bits of
-/// each file and folder (set-id and sticky bits dropped), syncing each; returns the number of
-/// files.
+/// Copies the folder `from` to the new folder `to`, syncing each file and folder; returns the
+/// number of files. Every folder is root's, mode 0700 from its creation, whatever the disk
+/// says (see the module documentation).
 fn copy_tree(from: &Path, to: &Path) -> Result<usize, ProvisionError> {
-    let meta = fs::symlink_metadata(from).map_err(read_err(from))?;
-    fs::create_dir(to).map_err(write_err(to))?;
+    fs::DirBuilder::new()
+        .mode(DIR_MODE)
+        .create(to)
+        .map_err(write_err(to))?;
     let mut entries: Vec<_> = fs::read_dir(from)
         .map_err(read_err(from))?
         .collect::<Result<_, _>>()
@@ -276,28 +297,35 @@ fn copy_tree(from: &Path, to: &Path) -> Result<usize, ProvisionError> {
         }
     }
     let dir = File::open(to).map_err(write_err(to))?;
-    set_owner_and_mode(&dir, &meta, to)?;
+    make_roots(&dir, DIR_MODE, to)?;
     dir.sync_all().map_err(write_err(to))?;
     Ok(files)
 }
 
+/// Copies one file's contents into the new file `dst`, root's and mode 0600 whatever the
+/// source's owner and mode (see the module documentation), and syncs it.
 fn copy_file(src: &Path, dst: &Path) -> Result<(), ProvisionError> {
     let mut input = File::open(src).map_err(read_err(src))?;
-    let meta = input.metadata().map_err(read_err(src))?;
     let mut output = OpenOptions::new()
         .write(true)
         .create_new(true)
-        .mode(0o600)
+        .mode(FILE_MODE)
         .open(dst)
         .map_err(write_err(dst))?;
     io::copy(&mut input, &mut output).map_err(write_err(dst))?;
-    set_owner_and_mode(&output, &meta, dst)?;
+    make_roots(&output, FILE_MODE, dst)?;
     output.sync_all().map_err(write_err(dst))
 }
 
-fn set_owner_and_mode(file: &File, like: &fs::Metadata, path: &Path) -> Result<(), ProvisionError> {
-    std::os::unix::fs::fchown(file, Some(like.uid()), Some(like.gid())).map_err(write_err(path))?;
-    let mode = like.mode() & 0o777;
+/// Files copied onto the state disk: read and written by root (hostd) alone.
+const FILE_MODE: u32 = 0o600;
+/// Folders copied onto the state disk: entered by root alone.
+const DIR_MODE: u32 = 0o700;
+
+/// Owner 0:0 and `mode`, set on the open file: the creating mode is masked by the umask, and
+/// a process not running as root would otherwise leave its own uid on the node's keys.
+fn make_roots(file: &File, mode: u32, path: &Path) -> Result<(), ProvisionError> {
+    std::os::unix::fs::fchown(file, Some(0), Some(0)).map_err(write_err(path))?;
     file.set_permissions(fs::Permissions::from_mode(mode))
         .map_err(write_err(path))
 }

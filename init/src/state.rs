@@ -146,8 +146,16 @@ pub enum StateError {
     #[error("sealing the new state disk's passphrase to PCR 11")]
     Seal(#[source] tpm::TpmError),
     /// The OS's random generator failed.
-    #[error("the OS's random generator: {0}")]
-    Random(String),
+    #[error("the OS's random generator")]
+    Random(#[source] rand_core::Error),
+    /// mkfs.ext4 could not be run at all (its loader or the program is missing).
+    #[error("running {path}")]
+    RunMkfs {
+        /// The program run: the root's dynamic loader, or mkfs.ext4 itself.
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
     /// Writing the new volume failed.
     #[error("writing {path}")]
     Write {
@@ -176,6 +184,27 @@ pub enum StateError {
     NotADisk {
         /// Where its name led.
         path: PathBuf,
+    },
+    /// The state device is a block device but not a whole disk (a partition, a dm device):
+    /// a partition table written inside it would nest the state in whatever holds it.
+    #[error("the state device {path} is a {devtype:?} device, not a whole disk: name the disk")]
+    NotWholeDisk {
+        /// The device.
+        path: PathBuf,
+        /// Its sysfs `DEVTYPE` (empty when it has none).
+        devtype: String,
+    },
+    /// Two partitions are labelled [`PARTLABEL`] (a clone of the disk attached): which one is
+    /// this node's state is not for the node to guess, and neither is opened or made.
+    #[error(
+        "both {first} and {second} are labelled {PARTLABEL}: detach the disk that is not this \
+         node's state disk"
+    )]
+    Ambiguous {
+        /// One partition.
+        first: PathBuf,
+        /// Another.
+        second: PathBuf,
     },
     /// The disk is neither blank nor has the state partition: it is not touched.
     #[error(
@@ -216,16 +245,18 @@ pub struct Partition {
 }
 
 /// Waits, bounded, for the state partition: on the first boot the partition table has just
-/// been written and the kernel re-reads it.
+/// been written and the kernel re-reads it. Two of them end the wait at once.
 pub fn wait_for(wait: Duration) -> Result<Partition, StateError> {
-    crate::poll::until(wait, find).ok_or(StateError::NoPartition {
-        secs: wait.as_secs(),
-    })
+    crate::poll::until(wait, || find().transpose())
+        .transpose()?
+        .ok_or(StateError::NoPartition {
+            secs: wait.as_secs(),
+        })
 }
 
 /// The state partition, if the kernel has one: none on the first boot, before the disk is
-/// partitioned.
-pub fn find() -> Option<Partition> {
+/// partitioned; an error if it has two.
+pub fn find() -> Result<Option<Partition>, StateError> {
     find_partition(Path::new("/sys/class/block"))
 }
 
@@ -294,20 +325,34 @@ fn mount_at(
     crate::boot::mount_fs(what, target, fstype, flags, Some(data.as_c_str())).map_err(err)
 }
 
-/// The first partition under `class` (sysfs `/sys/class/block`) whose GPT name is
-/// [`PARTLABEL`].
-fn find_partition(class: &Path) -> Option<Partition> {
-    let mut entries: Vec<_> = std::fs::read_dir(class).ok()?.flatten().collect();
+/// The one partition under `class` (sysfs `/sys/class/block`) whose GPT name is
+/// [`PARTLABEL`]; [`StateError::Ambiguous`] if there are two (a cloned disk attached): the
+/// node never picks one, which it might then open with the wrong key or format.
+fn find_partition(class: &Path) -> Result<Option<Partition>, StateError> {
+    let Ok(entries) = std::fs::read_dir(class) else {
+        return Ok(None);
+    };
+    let mut entries: Vec<_> = entries.flatten().collect();
     entries.sort_by_key(|e| e.file_name());
-    entries.into_iter().find_map(|entry| {
+    let mut found: Option<Partition> = None;
+    for entry in entries {
         let sys = entry.path();
-        let uevent = std::fs::read_to_string(sys.join("uevent")).ok()?;
-        let devname = labelled(&uevent, PARTLABEL)?;
-        Some(Partition {
-            node: Path::new("/dev").join(devname),
-            sys,
-        })
-    })
+        let Ok(uevent) = std::fs::read_to_string(sys.join("uevent")) else {
+            continue;
+        };
+        let Some(devname) = labelled(&uevent, PARTLABEL) else {
+            continue;
+        };
+        let node = Path::new("/dev").join(devname);
+        if let Some(first) = found {
+            return Err(StateError::Ambiguous {
+                first: first.node,
+                second: node,
+            });
+        }
+        found = Some(Partition { node, sys });
+    }
+    Ok(found)
 }
 
 /// The `DEVNAME` of a partition `uevent` whose `PARTNAME` is `label`.
@@ -387,11 +432,27 @@ fn map_volume(
         sectors,
     )?;
     let dm_uuid = format!("CRYPT-LUKS2-{}-{NAME}", uuid.replace('-', ""));
-    let created = Control::open(Path::new("/dev/mapper/control"))
+    let created = Control::open(Path::new(DM_CONTROL))
         .and_then(|c| c.create(NAME, &dm_uuid, "crypt", &table, 0));
     table.params.zeroize();
     let dev = created.map_err(StateError::Dm)?;
-    crate::boot::make_node(NAME, dev).map_err(|(path, source)| StateError::Node { path, source })
+    crate::boot::make_node(NAME, dev).map_err(|(path, source)| {
+        unmap(None);
+        StateError::Node { path, source }
+    })
+}
+
+/// device-mapper's control device.
+const DM_CONTROL: &str = "/dev/mapper/control";
+
+/// Undoes [`map_volume`] after a later step failed: the device node `node` (when made) and
+/// the dm-crypt device [`NAME`], which holds the volume key and whose name a retry without a
+/// reboot would find taken. Best effort: the caller returns the error that stopped it.
+fn unmap(node: Option<&Path>) {
+    if let Some(node) = node {
+        let _ = std::fs::remove_file(node);
+    }
+    let _ = Control::open(Path::new(DM_CONTROL)).and_then(|c| c.remove(NAME));
 }
 
 /// Waits, bounded, for the TPM's device.
@@ -450,18 +511,31 @@ fn crypt_table(
         Some(bytes) => (bytes / SECTOR).min(available),
         None => available,
     };
-    let key = Zeroizing::new(hex::encode(key));
-    let params = format!(
-        "{CIPHER} {} {} {}:{} {offset}",
-        key.as_str(),
-        segment.iv_tweak,
-        partition.major,
-        partition.minor
-    );
+    // The key in hex, written straight into a buffer sized for the longest table (never
+    // grown, so never copied) and wiped if dropped here; the caller wipes the table's.
+    let mut params = Zeroizing::new(String::with_capacity(table_capacity(key.len())));
+    params.push_str(CIPHER);
+    params.push(' ');
+    for b in key {
+        for nibble in [b >> 4, b & 0xf] {
+            params.push(char::from(HEX_DIGITS[usize::from(nibble)]));
+        }
+    }
+    let (major, minor) = (partition.major, partition.minor);
+    params.push_str(&format!(" {} {major}:{minor} {offset}", segment.iv_tweak));
     Ok(Table {
         sectors: length,
-        params,
+        // Moved out, not copied: the one buffer.
+        params: std::mem::take(&mut *params),
     })
+}
+
+const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
+
+/// The longest dm-crypt table [`crypt_table`] writes for a `key_len`-byte key: the cipher,
+/// the key in hex, and four numbers of at most 20 digits, with their separators.
+fn table_capacity(key_len: usize) -> usize {
+    CIPHER.len() + 1 + 2 * key_len + 4 * 21
 }
 
 fn read_u64(path: &Path) -> Result<u64, StateError> {
@@ -506,16 +580,38 @@ mod tests {
             std::fs::create_dir(dir.path().join(name)).unwrap();
             std::fs::write(dir.path().join(name).join("uevent"), uevent).unwrap();
         }
-        assert_eq!(find_partition(dir.path()), None);
+        assert_eq!(find_partition(dir.path()).unwrap(), None);
         std::fs::create_dir(dir.path().join("vdd1")).unwrap();
         std::fs::write(
             dir.path().join("vdd1/uevent"),
             "DEVNAME=vdd1\nDEVTYPE=partition\nPARTNAME=sovereign-state\n",
         )
         .unwrap();
-        let found = find_partition(dir.path()).unwrap();
+        let found = find_partition(dir.path()).unwrap().unwrap();
         assert_eq!(found.node, Path::new("/dev/vdd1"));
         assert_eq!(found.sys, dir.path().join("vdd1"));
+        // No sysfs at all is no partition yet, not an error.
+        assert_eq!(find_partition(&dir.path().join("missing")).unwrap(), None);
+    }
+
+    #[test]
+    fn two_state_partitions_are_refused_not_one_picked() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["sda1", "vdd1"] {
+            std::fs::create_dir(dir.path().join(name)).unwrap();
+            std::fs::write(
+                dir.path().join(name).join("uevent"),
+                format!("DEVNAME={name}\nDEVTYPE=partition\nPARTNAME=sovereign-state\n"),
+            )
+            .unwrap();
+        }
+        let err = find_partition(dir.path()).unwrap_err();
+        assert!(
+            matches!(&err, StateError::Ambiguous { first, second }
+                if first == Path::new("/dev/sda1") && second == Path::new("/dev/vdd1")),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("detach"), "{err}");
     }
 
     fn segment(cipher: &str, sector_size: u32, size: Option<u64>) -> Segment {
@@ -555,6 +651,16 @@ mod tests {
                 offset: 32_768
             })
         ));
+        // The longest numbers fit the buffer as reserved: it was never grown (and copied).
+        let mut far = segment(CIPHER, 512, None);
+        far.iv_tweak = u64::MAX;
+        let widest = DevNum {
+            major: u32::MAX,
+            minor: u32::MAX,
+        };
+        let long = crypt_table(&far, &[0xcd; 64], widest, u64::MAX).unwrap();
+        assert!(long.params.contains(&"cd".repeat(64)), "{}", long.params);
+        assert_eq!(long.params.capacity(), table_capacity(64));
         assert!(matches!(
             crypt_table(&segment(CIPHER, 4096, None), &[1; 32], dev, 1_046_528),
             Err(StateError::Segment { .. })

@@ -149,7 +149,8 @@ impl Command {
         command: &[u8],
         response_handles: usize,
     ) -> Result<Response, TpmError> {
-        let response = t.transact(command)?;
+        // Wiped when done: TPM2_Unseal's response in the clear holds the secret.
+        let response = zeroize::Zeroizing::new(t.transact(command)?);
         let parse = |source| self.parse_error(source);
         let mut r = Reader::new(&response);
         let tag = r.u16("tag").map_err(parse)?;
@@ -214,10 +215,15 @@ impl Command {
 /// The parameters TPM2_CreatePrimary and TPM2_Create share: an empty authorization value
 /// with `data` as the sensitive part, the object's `template` (TPMT_PUBLIC), no outside
 /// information and no creation PCRs.
+///
+/// `data` is a secret being sealed: the sensitive part is wiped when dropped, and both
+/// buffers are allocated at their final size, so no reallocation leaves a copy behind. The
+/// caller wipes the parameters returned.
 pub(crate) fn create_params(data: &[u8], template: &[u8]) -> Vec<u8> {
-    let mut sensitive = vec![0, 0]; // userAuth: empty
+    let mut sensitive = zeroize::Zeroizing::new(Vec::with_capacity(2 + 2 + data.len()));
+    sensitive.extend_from_slice(&[0, 0]); // userAuth: empty
     put_tpm2b(&mut sensitive, data);
-    let mut params = Vec::new();
+    let mut params = Vec::with_capacity(2 + sensitive.len() + 2 + template.len() + 2 + 4);
     put_tpm2b(&mut params, &sensitive);
     put_tpm2b(&mut params, template);
     params.extend_from_slice(&[0, 0]); // outsideInfo
@@ -518,6 +524,22 @@ mod tests {
         flush_context(&mut t, 0x8000_0000).unwrap();
         assert_eq!(t.sent.len(), 2);
         assert_eq!(t.sent[0], t.sent[1]);
+    }
+
+    #[test]
+    fn create_params_are_laid_out_in_one_allocation() {
+        let secret = [0x5a; 32];
+        let template = [7u8; 45];
+        let params = create_params(&secret, &template);
+        // TPM2B_SENSITIVE_CREATE { size, userAuth (empty), data }, then the template.
+        let mut expected = vec![0, 36, 0, 0, 0, 32];
+        expected.extend_from_slice(&secret);
+        expected.extend_from_slice(&[0, 45]);
+        expected.extend_from_slice(&template);
+        expected.extend_from_slice(&[0, 0, 0, 0, 0, 0]);
+        assert_eq!(params, expected);
+        // Sized up front: a grown buffer would have left a copy of the secret in the old one.
+        assert_eq!(params.capacity(), params.len());
     }
 
     #[test]

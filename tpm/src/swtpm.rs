@@ -17,8 +17,16 @@ const START_TIMEOUT: Duration = Duration::from_secs(15);
 #[non_exhaustive]
 pub enum SwtpmError {
     /// The program could not be run (not installed: Debian package `swtpm`).
-    #[error("running swtpm (Debian package swtpm): {0}")]
-    Spawn(std::io::Error),
+    #[error("running swtpm (Debian package swtpm)")]
+    Spawn(#[source] std::io::Error),
+    /// The state folder could not be made.
+    #[error("making swtpm's state folder {path}")]
+    StateDir {
+        /// The folder.
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     /// It exited before its socket was ready.
     #[error("swtpm exited during start ({status}): {stderr}")]
     Exited {
@@ -49,7 +57,10 @@ impl Swtpm {
     /// Start swtpm on `state_dir` (created if missing; unix socket paths must stay under
     /// 108 bytes, so keep it short) and wait, bounded, until its socket accepts connections.
     pub fn start(state_dir: &Path) -> Result<Self, SwtpmError> {
-        std::fs::create_dir_all(state_dir).map_err(SwtpmError::Spawn)?;
+        std::fs::create_dir_all(state_dir).map_err(|source| SwtpmError::StateDir {
+            path: state_dir.to_owned(),
+            source,
+        })?;
         let socket = state_dir.join("swtpm.sock");
         let ctrl = state_dir.join("swtpm.ctrl");
         for stale in [&socket, &ctrl] {
@@ -115,5 +126,25 @@ impl Drop for Swtpm {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_state_folder_that_cannot_be_made_is_named_as_such() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"").unwrap();
+        let state = file.join("tpm");
+        let err = Swtpm::start(&state).unwrap_err();
+        assert!(
+            matches!(&err, SwtpmError::StateDir { path, .. } if *path == state),
+            "{err:?}"
+        );
+        assert!(!err.to_string().contains("running swtpm"), "{err}");
+        assert!(std::error::Error::source(&err).is_some());
     }
 }

@@ -5,6 +5,7 @@ use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+use zeroize::Zeroizing;
 
 /// The kernel's TPM device with its in-kernel resource manager: each open file has its own
 /// view of transient objects, flushed when it closes, so hostd cannot leak TPM memory.
@@ -19,7 +20,9 @@ const HEADER: usize = 10;
 
 /// One TPM command in, its response out (whole byte strings, header included).
 pub trait Transport {
-    /// Send `command` and return the complete response.
+    /// Send `command` and return the complete response. A response may hold a secret
+    /// (TPM2_Unseal's): the caller wipes what is returned, and an implementation wipes any
+    /// buffer of its own it does not return.
     fn transact(&mut self, command: &[u8]) -> Result<Vec<u8>, TpmError>;
 }
 
@@ -50,15 +53,16 @@ impl Transport for Device {
         self.file
             .write_all(command)
             .map_err(io("writing a command to the TPM device"))?;
-        // The driver hands over the whole response in one read.
-        let mut buf = vec![0u8; MAX_RESPONSE];
+        // The driver hands over the whole response in one read; wiped unless returned.
+        let mut buf = Zeroizing::new(vec![0u8; MAX_RESPONSE]);
         let n = self
             .file
             .read(&mut buf)
             .map_err(io("reading the TPM device's response"))?;
         buf.truncate(n);
         check_length(&buf)?;
-        Ok(buf)
+        // Moved out, not copied: the one buffer goes to the caller, which wipes it.
+        Ok(std::mem::take(&mut *buf))
     }
 }
 
@@ -99,16 +103,18 @@ impl Transport for SwtpmSocket {
         self.stream
             .write_all(command)
             .map_err(io("sending a command to swtpm"))?;
-        let mut response = vec![0u8; HEADER];
+        let mut header = [0u8; HEADER];
         self.stream
-            .read_exact(&mut response)
+            .read_exact(&mut header)
             .map_err(io("reading swtpm's response header"))?;
-        let size = declared_size(&response)?;
-        response.resize(size, 0);
+        let size = declared_size(&header)?;
+        // Allocated at its final size (never grown, so never copied) and wiped unless returned.
+        let mut response = Zeroizing::new(vec![0u8; size]);
+        response[..HEADER].copy_from_slice(&header);
         self.stream
             .read_exact(&mut response[HEADER..])
             .map_err(io("reading swtpm's response"))?;
-        Ok(response)
+        Ok(std::mem::take(&mut *response))
     }
 }
 

@@ -45,6 +45,12 @@ const SYSTEMD_252_SRK_ATTRIBUTES: u32 =
     (1 << 16) | (1 << 17) | (1 << 1) | (1 << 4) | (1 << 5) | (1 << 6);
 /// PC client TPMs have 24 PCRs: three bytes of selection bitmap.
 const PCR_SELECT_BYTES: usize = 3;
+/// RC_FMT1: a format-one response code, about a parameter, handle or session (Part 2, §6.6).
+const RC_FMT1: u32 = 0x080;
+/// The format-one errors a TPM answers a template it cannot make with (Part 2, §6.6.3):
+/// TPM_RC_ASYMMETRIC, TPM_RC_VALUE, TPM_RC_TYPE (the reference code's answer to an algorithm
+/// it does not implement), TPM_RC_SCHEME and TPM_RC_CURVE.
+const ALG_UNSUPPORTED: [u32; 5] = [0x001, 0x004, 0x00a, 0x012, 0x026];
 
 /// The storage key's algorithm: the token's `tpm2-primary-alg`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,8 +158,10 @@ pub fn unseal<T: Transport + ?Sized>(t: &mut T, object: &SealedObject) -> Result
     let srk = Srk::of_pin(object.storage_key)?;
     let primary = match object.primary {
         Some(alg) => create_storage_key(t, alg, srk)?,
-        None => create_storage_key(t, PrimaryAlg::Ecc, srk)
-            .or_else(|_| create_storage_key(t, PrimaryAlg::Rsa, srk))?,
+        None => match create_storage_key(t, PrimaryAlg::Ecc, srk) {
+            Err(e) if cannot_make_ecc(&e) => create_storage_key(t, PrimaryAlg::Rsa, srk)?,
+            made => made?,
+        },
     };
     let secret = check_pinned(&primary, object.storage_key)
         .and_then(|()| unseal_under(t, &primary, object.blob, &selection));
@@ -161,6 +169,19 @@ pub fn unseal<T: Transport + ?Sized>(t: &mut T, object: &SealedObject) -> Result
     let secret = secret?;
     flushed?;
     Ok(secret)
+}
+
+/// Whether TPM2_CreatePrimary's `err` is the TPM saying it cannot make the ECC key (no ECC,
+/// not P-256, not its scheme): only then is an old token's RSA storage key tried (systemd
+/// falls back the same way). Anything else (a lockout, an I/O error, a TPM in failure mode)
+/// is the answer, not hidden behind RSA's or a later TPM2_Load's failure.
+fn cannot_make_ecc(err: &TpmError) -> bool {
+    let TpmError::Response { rc, .. } = err else {
+        return false;
+    };
+    // Format one, from the TPM itself (no layer bits): the error is bits 0 to 5; bit 6 and
+    // bits 8 to 11 say which parameter, handle or session it is about.
+    rc & !0xfff == 0 && rc & RC_FMT1 != 0 && ALG_UNSUPPORTED.contains(&(rc & 0x3f))
 }
 
 /// The storage key the TPM made must be the one the token pins, if it pins one.

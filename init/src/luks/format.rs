@@ -13,10 +13,12 @@
 //! The order of writing lets the caller leave no half-made volume after a crash: [`wipe`]
 //! the header area first, fill the data segment ([`data_segment`]) through a dm-crypt
 //! mapping of the new key, then [`write`] the keyslot area, the primary header and the
-//! secondary. Until the primary is written the device is [`blank`]: no header at all, so
-//! nothing of value, and it may be formatted again. A device with a secondary header but no
-//! primary is a volume whose primary was damaged, not a blank one: cryptsetup can repair it
-//! from the secondary, and it must never be formatted over.
+//! secondary, each made durable ([`Durable::sync`]) before the next is written: the page
+//! cache writes back in any order, and a primary header on disk before its keyslot area
+//! would be a volume that never opens. Until the primary is written the device is
+//! [`blank`]: no header at all, so nothing of value, and it may be formatted again. A device
+//! with a secondary header but no primary is a volume whose primary was damaged, not a blank
+//! one: cryptsetup can repair it from the secondary, and it must never be formatted over.
 
 use super::{
     xor, Hash, LuksError, Segment, Tpm2Token, VolumeKey, AREA_SECTOR, BINARY_LEN, CSUM, CSUM_ALG,
@@ -30,7 +32,8 @@ use base64::Engine as _;
 use pbkdf2::sha2::{Digest, Sha256};
 use rand_core::{CryptoRng, RngCore};
 use serde_json::{json, Value};
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::fs::File;
+use std::io::{self, Cursor, Read, Seek, SeekFrom, Write};
 use xts_mode::{get_tweak_default, Xts128};
 use zeroize::Zeroizing;
 
@@ -134,9 +137,33 @@ pub fn blank(dev: &mut (impl Read + Seek)) -> Result<bool, LuksError> {
     Ok(true)
 }
 
-/// Writes keyslot 0's area, then the primary and the secondary header. The caller syncs.
+/// A device whose writes can be ordered: [`write`] syncs between its steps so that what a
+/// power cut leaves is one of the states the module documentation names, whatever order the
+/// page cache would have written back in.
+pub trait Durable: Write + Seek {
+    /// Returns once everything written so far is on stable storage.
+    fn sync(&mut self) -> io::Result<()>;
+}
+
+/// A block device or image: `fdatasync`, which also flushes the disk's write cache.
+impl Durable for File {
+    fn sync(&mut self) -> io::Result<()> {
+        self.sync_data()
+    }
+}
+
+/// Memory has no power cut to survive.
+impl Durable for Cursor<Vec<u8>> {
+    fn sync(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Writes keyslot 0's area, then the primary and the secondary header, syncing after each:
+/// the primary reaches the disk only after the keyslot it names, and returns only once all
+/// three are durable.
 pub fn write(
-    dev: &mut (impl Write + Seek),
+    dev: &mut impl Durable,
     new: &NewVolume,
     rng: &mut (impl RngCore + CryptoRng),
 ) -> Result<(), LuksError> {
@@ -150,12 +177,13 @@ pub fn write(
     let kdf_salt = random::<SALT_LEN>(rng);
     let area = keyslot_area(key, new.passphrase, &kdf_salt, rng);
     let area_size = area_size(key.len());
-    write_at(dev, KEYSLOTS_OFFSET, &area)?;
     let metadata = metadata(new, &kdf_salt, area_size, rng);
     let json = json_area(&metadata)?;
-    write_at(dev, 0, &header(new, MAGIC, 0, &json, rng))?;
-    write_at(dev, HDR_SIZE, &header(new, MAGIC_2, HDR_SIZE, &json, rng))?;
-    dev.flush().map_err(|source| write_error(0, 0, source))
+    let primary = header(new, MAGIC, 0, &json, rng);
+    let secondary = header(new, MAGIC_2, HDR_SIZE, &json, rng);
+    durable_write_at(dev, KEYSLOTS_OFFSET, &area)?;
+    durable_write_at(dev, 0, &primary)?;
+    durable_write_at(dev, HDR_SIZE, &secondary)
 }
 
 fn random<const N: usize>(rng: &mut (impl RngCore + CryptoRng)) -> [u8; N] {
@@ -343,6 +371,14 @@ fn put_str(h: &mut [u8], (from, _): (usize, usize), s: &str) {
 fn write_at(dev: &mut (impl Write + Seek), offset: u64, buf: &[u8]) -> Result<(), LuksError> {
     dev.seek(SeekFrom::Start(offset))
         .and_then(|_| dev.write_all(buf))
+        .map_err(|source| write_error(offset, buf.len(), source))
+}
+
+/// [`write_at`], then flushed and synced: a write barrier before whatever comes next.
+fn durable_write_at(dev: &mut impl Durable, offset: u64, buf: &[u8]) -> Result<(), LuksError> {
+    write_at(dev, offset, buf)?;
+    dev.flush()
+        .and_then(|()| dev.sync())
         .map_err(|source| write_error(offset, buf.len(), source))
 }
 

@@ -1,6 +1,6 @@
 use super::*;
 use crate::probe::{ext4_label, read_head, PROBE_LEN};
-use std::os::unix::fs::symlink;
+use std::os::unix::fs::{symlink, MetadataExt};
 use std::process::Command;
 
 /// A real ext4 image from mkfs.ext4, labelled `label`, as `image provision` makes one.
@@ -105,7 +105,8 @@ fn mode(path: &Path) -> u32 {
     fs::symlink_metadata(path).unwrap().mode() & 0o7777
 }
 
-/// The node folder a provisioning disk holds: a config, a key only root reads, a sub-folder.
+/// The node folder a provisioning disk holds: a config, a key, a sub-folder, as the
+/// operator's `cp -a` left them (their modes; the key the operator's, uid 1000).
 fn node_folder(root: &Path) -> PathBuf {
     let node = root.join("disk").join(NODE_DIR);
     fs::create_dir_all(node.join("server")).unwrap();
@@ -117,12 +118,24 @@ fn node_folder(root: &Path) -> PathBuf {
     )
     .unwrap();
     fs::set_permissions(node.join(CONFIG), fs::Permissions::from_mode(0o4644)).unwrap();
-    fs::set_permissions(node.join("server"), fs::Permissions::from_mode(0o700)).unwrap();
+    fs::set_permissions(node.join("server"), fs::Permissions::from_mode(0o755)).unwrap();
+    fs::set_permissions(&node, fs::Permissions::from_mode(0o755)).unwrap();
+    // Giving a file away needs root (as the tests run in CI); elsewhere the files stay the
+    // test's own uid, which the copy must still replace with root's.
+    if rustix::process::geteuid().is_root() {
+        std::os::unix::fs::chown(node.join("server/key.pem"), Some(1000), Some(1000)).unwrap();
+        std::os::unix::fs::chown(node.join("server"), Some(1000), Some(1000)).unwrap();
+    }
     node
 }
 
+fn owner(path: &Path) -> (u32, u32) {
+    let meta = fs::symlink_metadata(path).unwrap();
+    (meta.uid(), meta.gid())
+}
+
 #[test]
-fn the_node_folder_is_copied_with_its_modes_and_a_torn_copy_is_replaced() {
+fn the_node_folder_is_copied_as_roots_alone_and_a_torn_copy_is_replaced() {
     let dir = tempfile::tempdir().unwrap();
     let node = node_folder(dir.path());
     let state = dir.path().join("state");
@@ -137,11 +150,18 @@ fn the_node_folder_is_copied_with_its_modes_and_a_torn_copy_is_replaced() {
         "listen = \"0.0.0.0:7443\"\n"
     );
     assert_eq!(fs::read(done.join("server/key.pem")).unwrap(), b"secret");
-    assert_eq!(mode(&done.join("server/key.pem")), 0o600);
-    assert_eq!(mode(&done.join("server")), 0o700);
-    // The set-uid bit is not carried onto the state disk.
-    assert_eq!(mode(&done.join(CONFIG)), 0o644);
-    assert_eq!(mode(&done), mode(&node));
+    if rustix::process::geteuid().is_root() {
+        assert_eq!(owner(&node.join("server/key.pem")), (1000, 1000));
+    }
+    // Whatever the disk said (0644, set-uid 0644, 0755, uid 1000): root's alone.
+    for file in [CONFIG, "server/key.pem"] {
+        assert_eq!(mode(&done.join(file)), 0o600, "{file}");
+        assert_eq!(owner(&done.join(file)), (0, 0), "{file}");
+    }
+    for folder in [done.clone(), done.join("server")] {
+        assert_eq!(mode(&folder), 0o700, "{folder:?}");
+        assert_eq!(owner(&folder), (0, 0), "{folder:?}");
+    }
 }
 
 #[test]
@@ -169,10 +189,19 @@ fn an_existing_provisioned_folder_is_not_overwritten() {
     let state = dir.path().join("state");
     // hostd's own state lives in provisioned/: a folder without the config is not replaced.
     fs::create_dir_all(state.join(PROVISIONED).join("state")).unwrap();
+    // A staging copy an earlier attempt left: keys on the state disk nobody uses.
+    fs::create_dir_all(state.join("provisioned.new/server")).unwrap();
     let err = copy_node_folder(Path::new("/dev/vdz"), &node, &state).unwrap_err();
-    assert!(matches!(err, ProvisionError::Write { .. }), "{err}");
+    let done = state.join(PROVISIONED);
+    assert!(
+        matches!(&err, ProvisionError::ProvisionedExists { path } if *path == done),
+        "{err}"
+    );
+    assert!(err.to_string().contains("has no hostd.toml"), "{err}");
     assert!(state.join(PROVISIONED).join("state").is_dir());
     assert!(!state.join(PROVISIONED).join(CONFIG).exists());
+    // Refused before the copy: no staging copy of the keys is left behind.
+    assert!(!state.join("provisioned.new").exists());
 }
 
 #[test]

@@ -54,23 +54,30 @@ pub(super) fn create(
     let mut secret = Zeroizing::new([0u8; SECRET_LEN]);
     OsRng
         .try_fill_bytes(&mut secret[..])
-        .map_err(|e| StateError::Random(e.to_string()))?;
+        .map_err(StateError::Random)?;
     wait_for_tpm(tpm_device, wait)?;
     let token = seal(tpm_device, &secret[..])?;
     let key = VolumeKey::random(&mut OsRng, KEY_LEN);
     let uuid = format::random_uuid(&mut OsRng);
     wipe(part)?;
     let mapped = map_volume(part, &uuid, &format::data_segment(), key.as_bytes())?;
-    mkfs(root, &mapped)?;
-    let passphrase = passphrase_of(&secret[..]);
-    let new = NewVolume {
-        uuid: &uuid,
-        label: super::PARTLABEL,
-        volume_key: &key,
-        passphrase: passphrase.as_bytes(),
-        token: Some(&token),
-    };
-    write_header(part, &new)?;
+    let made = mkfs(root, &mapped).and_then(|()| {
+        let passphrase = passphrase_of(&secret[..]);
+        let new = NewVolume {
+            uuid: &uuid,
+            label: super::PARTLABEL,
+            volume_key: &key,
+            passphrase: passphrase.as_bytes(),
+            token: Some(&token),
+        };
+        write_header(part, &new)
+    });
+    if let Err(e) = made {
+        // Without a header the partition is still blank, and the next try makes it again:
+        // the mapping (and its live key) must not be left for that try to trip over.
+        super::unmap(Some(&mapped));
+        return Err(e);
+    }
     Ok(mapped)
 }
 
@@ -114,27 +121,28 @@ fn wipe(part: &Partition) -> Result<(), StateError> {
 }
 
 /// The header, written while the data segment is mapped (as cryptsetup changes keyslots of
-/// an open volume: the header area is outside the mapping), then synced.
+/// an open volume: the header area is outside the mapping); [`format::write`] syncs each
+/// step, so it is on the disk when this returns.
 fn write_header(part: &Partition, new: &NewVolume) -> Result<(), StateError> {
     let mut dev: File = OpenOptions::new()
         .write(true)
         .open(&part.node)
         .map_err(|source| write_error(part, source))?;
-    format::write(&mut dev, new, &mut OsRng).map_err(|source| luks_error(part, source))?;
-    dev.sync_all().map_err(|source| write_error(part, source))
+    format::write(&mut dev, new, &mut OsRng).map_err(|source| luks_error(part, source))
 }
 
 /// ext4 as `systemd-repart`'s `Format=ext4` made it (no reserved blocks, no discard, inode
 /// tables zeroed lazily by the kernel), with the verified root's `mkfs.ext4`, whose
 /// `/etc/mke2fs.conf` adds the `encrypt` feature for leases' fscrypt scratch.
 fn mkfs(root: &Path, device: &Path) -> Result<(), StateError> {
-    let out = mkfs_command(root)
+    let mut cmd = mkfs_command(root);
+    let out = cmd
         .args(["-q", "-F", "-t", "ext4", "-L", FS_LABEL, "-m", "0"])
         .args(["-E", "nodiscard,lazy_itable_init=1"])
         .arg(device)
         .output()
-        .map_err(|source| StateError::Read {
-            path: root.join(MKFS),
+        .map_err(|source| StateError::RunMkfs {
+            path: PathBuf::from(cmd.get_program()),
             source,
         })?;
     if out.status.success() {
@@ -219,6 +227,19 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn an_mkfs_that_cannot_run_is_not_a_read_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = mkfs(dir.path(), &dir.path().join("device")).unwrap_err();
+        let loader = dir.path().join(LIB_DIR).join(LOADER);
+        assert!(
+            matches!(&err, StateError::RunMkfs { path, .. } if *path == loader),
+            "{err:?}"
+        );
+        assert!(err.to_string().starts_with("running "), "{err}");
+        assert!(std::error::Error::source(&err).is_some());
     }
 
     /// The initrd's way: this machine's root stands in for `/sysroot` (Debian, amd64, as the

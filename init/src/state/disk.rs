@@ -47,21 +47,39 @@ impl Disk {
         })
     }
 
-    /// The disk behind a device node or a link to one (udev's `/dev/disk/by-id/…`).
+    /// The disk behind a device node or a link to one (udev's `/dev/disk/by-id/…`). It must
+    /// be a whole disk (sysfs `DEVTYPE=disk`, as [`Disk::by_id`] requires): a partition or a
+    /// dm device named by mistake would get a partition table written inside it.
     pub fn from_node(node: &Path) -> Result<Disk, StateError> {
-        let real = std::fs::canonicalize(node).map_err(|source| StateError::Read {
-            path: node.to_owned(),
-            source,
-        })?;
+        Disk::from_node_in(node, Path::new("/dev"), Path::new("/sys/class/block"))
+    }
+
+    /// [`Disk::from_node`] with the device nodes in `dev` and sysfs's block class in `class`.
+    fn from_node_in(node: &Path, dev: &Path, class: &Path) -> Result<Disk, StateError> {
+        let read = |path: &Path| {
+            let path = path.to_owned();
+            move |source| StateError::Read { path, source }
+        };
+        let real = std::fs::canonicalize(node).map_err(read(node))?;
         let name = real
             .file_name()
             .and_then(|n| n.to_str())
-            .filter(|_| real.parent() == Some(Path::new("/dev")))
+            .filter(|_| real.parent() == Some(dev))
             .ok_or_else(|| StateError::NotADisk { path: real.clone() })?;
-        Ok(Disk {
-            node: real.clone(),
-            sys: Path::new("/sys/class/block").join(name),
-        })
+        let sys = class.join(name);
+        let uevent_path = sys.join("uevent");
+        let uevent = std::fs::read_to_string(&uevent_path).map_err(read(&uevent_path))?;
+        let devtype = uevent
+            .lines()
+            .find_map(|l| l.strip_prefix("DEVTYPE="))
+            .unwrap_or_default();
+        if devtype != "disk" {
+            return Err(StateError::NotWholeDisk {
+                path: real,
+                devtype: devtype.to_owned(),
+            });
+        }
+        Ok(Disk { node: real, sys })
     }
 
     /// Writes the state partition's table on the disk if it is blank; returns whether it
@@ -309,6 +327,39 @@ mod tests {
         assert_eq!(udev_word(b"ab\0cd"), "ab");
         assert_eq!(udev_word(b"#+-.:=@_\xff"), "#+-.:=@__");
         assert_eq!(udev_word(b"   "), "");
+    }
+
+    #[test]
+    fn only_a_whole_disk_is_taken_from_its_node() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let (dev, class) = (root.join("dev"), root.join("class"));
+        std::fs::create_dir_all(dev.join("disk/by-id")).unwrap();
+        block(&class, "vdb", "disk", &[]);
+        block(&class, "vdb1", "partition", &[]);
+        block(&class, "dm-0", "", &[]);
+        for name in ["vdb", "vdb1", "dm-0"] {
+            std::fs::write(dev.join(name), "").unwrap();
+        }
+        // The disk, through a by-id link as udev makes it.
+        let link = dev.join("disk/by-id/virtio-state");
+        std::os::unix::fs::symlink("../../vdb", &link).unwrap();
+        let disk = Disk::from_node_in(&link, &dev, &class).unwrap();
+        assert_eq!(disk.node, dev.join("vdb"));
+        assert_eq!(disk.sys, class.join("vdb"));
+        for (name, devtype) in [("vdb1", "partition"), ("dm-0", "")] {
+            let err = Disk::from_node_in(&dev.join(name), &dev, &class).unwrap_err();
+            assert!(
+                matches!(&err, StateError::NotWholeDisk { path, devtype: t }
+                    if *path == dev.join(name) && t == devtype),
+                "{err:?}"
+            );
+            assert!(err.to_string().contains("not a whole disk"), "{err}");
+        }
+        // A node sysfs does not list is not taken either.
+        std::fs::write(dev.join("vdz"), "").unwrap();
+        let err = Disk::from_node_in(&dev.join("vdz"), &dev, &class).unwrap_err();
+        assert!(matches!(err, StateError::Read { .. }), "{err:?}");
     }
 
     #[test]

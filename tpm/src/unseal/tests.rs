@@ -102,6 +102,64 @@ fn a_damaged_token_is_named_not_sent() {
     assert!(PrimaryAlg::parse("ecc").is_ok() && PrimaryAlg::parse("dsa").is_err());
 }
 
+/// A TPM that answers every command with `rcs` in turn, recording the command codes.
+struct Refusing {
+    rcs: Vec<u32>,
+    codes: Vec<u32>,
+}
+
+impl Transport for Refusing {
+    fn transact(&mut self, command: &[u8]) -> Result<Vec<u8>, TpmError> {
+        let code = u32::from_be_bytes([command[6], command[7], command[8], command[9]]);
+        self.codes.push(code);
+        let rc = self.rcs.remove(0);
+        let mut response = vec![0x80, 0x01, 0, 0, 0, 10];
+        response.extend_from_slice(&rc.to_be_bytes());
+        Ok(response)
+    }
+}
+
+#[test]
+fn rsa_is_tried_only_when_the_tpm_cannot_make_the_ecc_key() {
+    let object = SealedObject {
+        blob: &[0, 1, 0xaa, 0, 1, 0xbb],
+        pcrs: &[11],
+        bank: "sha256",
+        primary: None,
+        storage_key: None,
+    };
+    const CREATE_PRIMARY: u32 = 0x131;
+    // TPM_RC_TYPE and TPM_RC_CURVE about parameter 2 (inPublic), TPM_RC_ASYMMETRIC: no ECC
+    // P-256 here, so the RSA key is made (and refused here too: its answer is returned).
+    for unsupported in [0x2ca, 0x2e6, 0x081] {
+        let mut t = Refusing {
+            rcs: vec![unsupported, 0x101],
+            codes: vec![],
+        };
+        match unseal(&mut t, &object) {
+            Err(TpmError::Response { rc: 0x101, .. }) => {}
+            other => panic!("{unsupported:#x}: {other:?}"),
+        }
+        assert_eq!(
+            t.codes,
+            [CREATE_PRIMARY, CREATE_PRIMARY],
+            "{unsupported:#x}"
+        );
+    }
+    // A lockout, a TPM in failure mode, a resource manager's own error: ECC's answer stands.
+    for other in [0x921, 0x101, 0x000b_0081] {
+        let mut t = Refusing {
+            rcs: vec![other],
+            codes: vec![],
+        };
+        match unseal(&mut t, &object) {
+            Err(TpmError::Response { rc, .. }) => assert_eq!(rc, other),
+            result => panic!("{other:#x}: {result:?}"),
+        }
+        assert_eq!(t.codes, [CREATE_PRIMARY], "{other:#x}: no RSA key tried");
+    }
+}
+
 /// A bus between this client and the TPM: it keeps every command and response, and alters
 /// the responses to one command code when asked.
 struct Bus<'a, T: Transport> {

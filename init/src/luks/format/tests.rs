@@ -233,3 +233,79 @@ fn uuids_are_version_4_and_keys_random() {
     );
     assert_ne!(a.as_bytes(), b.as_bytes());
 }
+
+/// What [`write`] did to a device, in order: each write by the region it lands in, and syncs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Keyslots,
+    Primary,
+    Secondary,
+    Sync,
+}
+
+/// An in-memory device that records its writes and syncs.
+struct Recording {
+    dev: std::io::Cursor<Vec<u8>>,
+    steps: Vec<Step>,
+}
+
+impl Write for Recording {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let at = self.dev.position();
+        let step = match at {
+            _ if at >= KEYSLOTS_OFFSET => Step::Keyslots,
+            _ if at >= HDR_SIZE => Step::Secondary,
+            _ => Step::Primary,
+        };
+        if self.steps.last() != Some(&step) {
+            self.steps.push(step);
+        }
+        self.dev.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Seek for Recording {
+    fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
+        self.dev.seek(pos)
+    }
+}
+
+impl Durable for Recording {
+    fn sync(&mut self) -> io::Result<()> {
+        self.steps.push(Step::Sync);
+        Ok(())
+    }
+}
+
+#[test]
+fn the_keyslot_area_is_durable_before_the_primary_header_and_that_before_the_secondary() {
+    let key = VolumeKey::random(&mut OsRng, 64);
+    let uuid = random_uuid(&mut OsRng);
+    let new = NewVolume {
+        uuid: &uuid,
+        label: "sovereign-state",
+        volume_key: &key,
+        passphrase: PASSPHRASE,
+        token: Some(&token()),
+    };
+    let mut dev = Recording {
+        dev: std::io::Cursor::new(vec![0u8; DATA_OFFSET as usize]),
+        steps: Vec::new(),
+    };
+    write(&mut dev, &new, &mut OsRng).unwrap();
+    use Step::*;
+    assert_eq!(
+        dev.steps,
+        [Keyslots, Sync, Primary, Sync, Secondary, Sync],
+        "a power cut between two writes must never leave a header without its keyslot"
+    );
+    // What was written is a volume this crate opens.
+    let mut bytes = dev.dev;
+    let header = Header::read(&mut bytes).unwrap();
+    let opened = header.unlock(&mut bytes, PASSPHRASE, None).unwrap();
+    assert_eq!(opened.as_bytes(), key.as_bytes());
+}
