@@ -146,6 +146,19 @@ fn check_known(
     }
 }
 
+/// The initrd's `sovereign-init` loads modules with `finit_module(2)` as plain `.ko` files:
+/// bookworm's kernel ships them so. A kernel whose modules are compressed stops the build
+/// here, by name, rather than an initrd that cannot load its first module.
+fn check_uncompressed(keep: &BTreeSet<String>, version: &str) -> Result<(), TreeError> {
+    match keep.iter().find(|p| !p.ends_with(".ko")) {
+        Some(path) => Err(TreeError::CompressedModule {
+            path: path.clone(),
+            version: version.to_owned(),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Keeps only the modules `wanted` selects (and their dependencies) in `root`'s kernel, and
 /// regenerates the module index. Returns how many modules were kept.
 pub fn keep_only(root: &Path, version: &str, wanted: &[&str]) -> Result<usize, TreeError> {
@@ -157,6 +170,7 @@ pub fn keep_only(root: &Path, version: &str, wanted: &[&str]) -> Result<usize, T
     let builtin = std::fs::read_to_string(&builtin_file).map_err(io(&builtin_file))?;
     check_known(&deps, &builtin, wanted, version)?;
     let keep = closure(&deps, wanted);
+    check_uncompressed(&keep, version)?;
     // A wanted name built into this kernel has no module file: nothing to keep for it.
     for path in deps.keys().filter(|p| !keep.contains(*p)) {
         remove_any(&dir.join(path))?;
@@ -220,6 +234,17 @@ mod tests {
             ]
         );
         assert!(!keep.iter().any(|p| p.contains("snd")));
+    }
+
+    #[test]
+    fn compressed_modules_stop_the_build() {
+        let plain: BTreeSet<String> = ["kernel/fs/erofs/erofs.ko".to_owned()].into();
+        assert!(check_uncompressed(&plain, "6.1").is_ok());
+        let xz: BTreeSet<String> = ["kernel/fs/erofs/erofs.ko.xz".to_owned()].into();
+        assert!(matches!(
+            check_uncompressed(&xz, "6.1"),
+            Err(TreeError::CompressedModule { path, .. }) if path.ends_with(".xz")
+        ));
     }
 
     /// A name that is a module file, a built-in, or a folder with modules passes; one that

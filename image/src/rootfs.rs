@@ -33,6 +33,9 @@ pub enum TreeError {
     /// a typo, or a module renamed in the kernel the lock now pins.
     #[error("kernel {version} has no module {name} (neither in modules.dep nor in modules.builtin): correct the list in image/src/modules.rs")]
     UnknownModule { name: String, version: String },
+    /// The kernel's modules are compressed; the initrd loads plain `.ko` files.
+    #[error("kernel {version} ships compressed modules ({path}); sovereign-init loads plain .ko files: decompress them at build time before this kernel is used")]
+    CompressedModule { path: String, version: String },
 }
 
 pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> TreeError + '_ {
