@@ -10,6 +10,11 @@
 //!
 //! Only a blank disk is partitioned ([`is_blank`]): nothing in its first or last MiB, where
 //! a partition table, a filesystem's superblock or a LUKS header of a disk in use would be.
+//! Or one that holds nothing but part of the very table [`write`] makes for it
+//! ([`is_unfinished`]): what a power cut during [`write`] leaves. Whatever order the writes
+//! reach the disk in, such a table has no partition the kernel shows, so nothing was ever
+//! stored in it; without this, one badly timed power cut would make the disk "in use" for
+//! good and the node would never boot again without someone wiping it.
 
 use rand_core::{CryptoRng, RngCore};
 use std::io::{self, Read, Seek, SeekFrom, Write};
@@ -68,19 +73,101 @@ pub struct Extent {
 pub fn is_blank(dev: &mut (impl Read + Seek), bytes: u64) -> Result<bool, GptError> {
     let span = BLANK_SPAN.min(bytes);
     for offset in [0, bytes - span] {
-        let mut buf = vec![0u8; span as usize];
-        dev.seek(SeekFrom::Start(offset))
-            .and_then(|_| dev.read_exact(&mut buf))
-            .map_err(|source| GptError::Io {
-                op: "reading",
-                offset,
-                source,
-            })?;
-        if buf.iter().any(|&b| b != 0) {
+        if !zero(&read_at(dev, offset, span)?) {
             return Ok(false);
         }
     }
     Ok(true)
+}
+
+/// Whether the disk's first and last MiB hold nothing but (part of) the table [`write`] makes
+/// on a disk of `bytes` bytes for a partition named `name`, any partition GUID and disk GUID,
+/// and the partition's first 32 KiB (where a LUKS2 header and its secondary would be) are
+/// zero. Each of the table's sectors is either zero or exactly what [`write`] writes there:
+/// a foreign table, another partition, or any other byte makes the answer false.
+pub fn is_unfinished(
+    dev: &mut (impl Read + Seek),
+    bytes: u64,
+    sector: u64,
+    name: &str,
+) -> Result<bool, GptError> {
+    if sector != 512 && sector != 4096 {
+        return Ok(false);
+    }
+    let Ok(layout) = Layout::new(bytes, sector) else {
+        return Ok(false);
+    };
+    let partition_head = read_at(dev, layout.partition.first * sector, 2 * LUKS_HDR)?;
+    if !zero(&partition_head) {
+        return Ok(false);
+    }
+    let span = BLANK_SPAN.min(bytes);
+    let head = read_at(dev, 0, span)?;
+    let tail_at = bytes - span;
+    let tail = read_at(dev, tail_at, span)?;
+    let s = sector as usize;
+    let entries_len = ENTRIES_BYTES as usize;
+    let backup_entries = (layout.backup_entries * sector - tail_at) as usize;
+    let backup_header = (layout.last_lba * sector - tail_at) as usize;
+    Ok(
+        either_zero_or(&head[..s], &pad(&protective_mbr(layout.last_lba), sector))
+            && header_or_zero(&head[s..2 * s], &layout, true)
+            && entries_or_zero(&head[2 * s..2 * s + entries_len], &layout, name)
+            && zero(&head[2 * s + entries_len..])
+            && zero(&tail[..backup_entries])
+            && entries_or_zero(&tail[backup_entries..backup_header], &layout, name)
+            && header_or_zero(&tail[backup_header..], &layout, false),
+    )
+}
+
+/// The LUKS2 header area's size (one of its two copies).
+const LUKS_HDR: u64 = 16 * 1024;
+
+fn zero(bytes: &[u8]) -> bool {
+    bytes.iter().all(|&b| b == 0)
+}
+
+fn either_zero_or(bytes: &[u8], expected: &[u8]) -> bool {
+    zero(bytes) || bytes == expected
+}
+
+/// A header sector: zero, or [`Layout::header`]'s with its own disk GUID and entries CRC.
+fn header_or_zero(sector: &[u8], layout: &Layout, primary: bool) -> bool {
+    if zero(sector) {
+        return true;
+    }
+    let len = HEADER_LEN as usize;
+    let (Ok(guid), Ok(crc)) = (
+        <[u8; 16]>::try_from(&sector[56..72]),
+        <[u8; 4]>::try_from(&sector[88..92]),
+    ) else {
+        return false;
+    };
+    let expected = layout.header(primary, &guid, u32::from_le_bytes(crc));
+    sector[..len] == expected[..] && zero(&sector[len..])
+}
+
+/// An entry array: zero, or [`entries`]' with its own partition GUID.
+fn entries_or_zero(array: &[u8], layout: &Layout, name: &str) -> bool {
+    if zero(array) {
+        return true;
+    }
+    let Ok(guid) = <[u8; 16]>::try_from(&array[16..32]) else {
+        return false;
+    };
+    entries_with(layout, name, guid).is_ok_and(|expected| array == &expected[..])
+}
+
+fn read_at(dev: &mut (impl Read + Seek), offset: u64, len: u64) -> Result<Vec<u8>, GptError> {
+    let mut buf = vec![0u8; len as usize];
+    dev.seek(SeekFrom::Start(offset))
+        .and_then(|_| dev.read_exact(&mut buf))
+        .map_err(|source| GptError::Io {
+            op: "reading",
+            offset,
+            source,
+        })?;
+    Ok(buf)
 }
 
 /// Writes a GPT holding one partition named `name` over the disk's usable space: backup
@@ -176,19 +263,24 @@ impl Layout {
     }
 }
 
-/// The entry array: the one partition, then empty entries.
+/// The entry array: the one partition, with a random GUID, then empty entries.
 fn entries(
     layout: &Layout,
     name: &str,
     rng: &mut (impl RngCore + CryptoRng),
 ) -> Result<Vec<u8>, GptError> {
+    entries_with(layout, name, random_guid(rng))
+}
+
+/// The entry array whose one partition has the GUID `guid`.
+fn entries_with(layout: &Layout, name: &str, guid: [u8; 16]) -> Result<Vec<u8>, GptError> {
     let units: Vec<u16> = name.encode_utf16().collect();
     if units.len() > NAME_UNITS {
         return Err(GptError::Name(name.to_owned()));
     }
     let mut e = vec![0u8; ENTRIES_BYTES as usize];
     e[..16].copy_from_slice(&guid_bytes(LINUX_GENERIC));
-    e[16..32].copy_from_slice(&random_guid(rng));
+    e[16..32].copy_from_slice(&guid);
     e[32..40].copy_from_slice(&layout.partition.first.to_le_bytes());
     e[40..48].copy_from_slice(&layout.partition.last.to_le_bytes());
     for (i, u) in units.iter().enumerate() {

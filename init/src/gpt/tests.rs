@@ -131,3 +131,94 @@ fn guids_are_in_their_on_disk_form() {
     assert_eq!(g[7] >> 4, 4);
     assert_eq!(g[8] >> 6, 2);
 }
+
+/// The byte ranges of the five pieces [`write`] writes on a disk of this layout.
+fn pieces(layout: &Layout, sector: u64) -> [std::ops::Range<usize>; 5] {
+    let (s, e) = (sector as usize, ENTRIES_BYTES as usize);
+    let backup_entries = (layout.backup_entries * sector) as usize;
+    let backup_header = (layout.last_lba * sector) as usize;
+    [
+        backup_entries..backup_entries + e,
+        backup_header..backup_header + s,
+        2 * s..2 * s + e,
+        s..2 * s,
+        0..s,
+    ]
+}
+
+/// Whatever subset of its writes reached the disk before a power cut, the disk holds
+/// "our unfinished table", and may be partitioned again; the finished table too (the caller
+/// asks only when the kernel shows no partition of it).
+#[test]
+fn every_part_of_the_table_a_power_cut_may_leave_is_ours_to_redo() {
+    for sector in [512u64, 4096] {
+        let bytes = 8u64 << 20;
+        let mut full = std::io::Cursor::new(vec![0u8; bytes as usize]);
+        write(&mut full, bytes, sector, "sovereign-state", &mut OsRng).unwrap();
+        let full = full.into_inner();
+        let layout = Layout::new(bytes, sector).unwrap();
+        let pieces = pieces(&layout, sector);
+        for subset in 1u32..32 {
+            let mut disk = vec![0u8; bytes as usize];
+            for (i, range) in pieces.iter().enumerate() {
+                if subset & (1 << i) != 0 {
+                    disk[range.clone()].copy_from_slice(&full[range.clone()]);
+                }
+            }
+            let mut dev = std::io::Cursor::new(disk);
+            assert!(
+                is_unfinished(&mut dev, bytes, sector, "sovereign-state").unwrap(),
+                "sector {sector}, pieces {subset:05b}"
+            );
+        }
+    }
+}
+
+/// Anything beyond the table's own bytes, or a table that is not the one [`write`] makes for
+/// this disk and name, is a disk in use.
+#[test]
+fn anything_but_our_table_is_not_ours_to_redo() {
+    let bytes = 8u64 << 20;
+    let ours = |name: &str| {
+        let mut c = std::io::Cursor::new(vec![0u8; bytes as usize]);
+        write(&mut c, bytes, 512, name, &mut OsRng).unwrap();
+        c.into_inner()
+    };
+    let check = |disk: Vec<u8>| {
+        is_unfinished(
+            &mut std::io::Cursor::new(disk),
+            bytes,
+            512,
+            "sovereign-state",
+        )
+        .unwrap()
+    };
+    assert!(check(ours("sovereign-state")));
+    // Another partition name: another's table.
+    assert!(!check(ours("data")));
+    // Something where the partition starts (a LUKS header, a superblock).
+    let mut used = ours("sovereign-state");
+    used[(1 << 20) + 1] = b'L';
+    assert!(!check(used));
+    // A byte in the first MiB outside the table.
+    let mut other = ours("sovereign-state");
+    other[512 << 10] = 1;
+    assert!(!check(other));
+    // A header whose CRC does not hold.
+    let mut torn = ours("sovereign-state");
+    torn[512 + 20] ^= 1;
+    assert!(!check(torn));
+    // The table of a disk of another size (a disk image grown since).
+    let mut smaller = std::io::Cursor::new(vec![0u8; bytes as usize]);
+    write(
+        &mut smaller,
+        bytes - (1 << 20),
+        512,
+        "sovereign-state",
+        &mut OsRng,
+    )
+    .unwrap();
+    assert!(!check(smaller.into_inner()));
+    // A blank disk is blank, not an unfinished table; both answers allow partitioning.
+    assert!(check(vec![0u8; bytes as usize]));
+}

@@ -82,8 +82,9 @@ impl Disk {
         Ok(Disk { node: real, sys })
     }
 
-    /// Writes the state partition's table on the disk if it is blank; returns whether it
-    /// did. A disk with anything at either end is left as it is.
+    /// Writes the state partition's table on the disk if it is blank, or holds only part of
+    /// that table (a first boot a power cut interrupted: [`gpt::is_unfinished`]); returns
+    /// whether it did. A disk with anything else at either end is left as it is.
     pub fn partition_if_blank(&self) -> Result<bool, StateError> {
         let bytes = super::read_u64(&self.sys.join("size"))? * super::SECTOR;
         let sector = super::read_u64(&self.sys.join("queue/logical_block_size"))?;
@@ -98,7 +99,8 @@ impl Disk {
             .custom_flags(libc::O_EXCL)
             .open(&self.node)
             .map_err(|source| self.write_error(source))?;
-        if !gpt::is_blank(&mut dev, bytes).map_err(gpt)? {
+        let blank = gpt::is_blank(&mut dev, bytes).map_err(gpt)?;
+        if !blank && !gpt::is_unfinished(&mut dev, bytes, sector, super::PARTLABEL).map_err(gpt)? {
             return Ok(false);
         }
         gpt::write(&mut dev, bytes, sector, super::PARTLABEL, &mut OsRng).map_err(gpt)?;
