@@ -95,10 +95,12 @@ fn put_str(
     value: &str,
 ) -> Result<(), DmError> {
     if value.len() >= room || value.contains('\0') {
-        return Err(DmError::Field {
-            what,
-            value: value.to_owned(),
-        });
+        // A target's parameters may hold a volume key: never into an error's text.
+        let value = match what {
+            "table" => format!("<{} bytes, not shown>", value.len()),
+            _ => value.to_owned(),
+        };
+        return Err(DmError::Field { what, value });
     }
     buf[at..at + value.len()].copy_from_slice(value.as_bytes());
     Ok(())
@@ -377,6 +379,19 @@ mod tests {
             request("root", Some("a\0b"), 0, &[]),
             Err(DmError::Field { what: "uuid", .. })
         ));
+    }
+
+    /// A table that cannot be sent is refused without its text, which may hold a key.
+    #[test]
+    fn a_refused_table_is_not_echoed() {
+        let table = Table {
+            sectors: 8,
+            params: "aes-xts-plain64 00112233deadbeef\0 0 254:1 32768".to_owned(),
+        };
+        let err = request("sovstate", None, 0, &[("crypt", &table)]).unwrap_err();
+        assert!(matches!(err, DmError::Field { what: "table", .. }));
+        let text = format!("{err} {err:?}");
+        assert!(!text.contains("deadbeef"), "{text}");
     }
 
     #[test]

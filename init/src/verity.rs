@@ -55,12 +55,23 @@ pub struct Superblock {
 }
 
 /// A device-mapper target line: its length in 512-byte sectors and its parameters.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// `Debug` shows the parameters' length only: a `crypt` target's hold the volume key.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Table {
     /// Length in sectors.
     pub sectors: u64,
     /// The `verity` target's parameters.
     pub params: String,
+}
+
+impl std::fmt::Debug for Table {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Table")
+            .field("sectors", &self.sectors)
+            .field("params", &format_args!("<{} bytes>", self.params.len()))
+            .finish()
+    }
 }
 
 /// Why the hash device cannot give a table.
