@@ -512,7 +512,7 @@ fn fstab() -> String {
 /// The sealed state disk. On the first boot the initrd (`sovereign-init`, told the disk by
 /// the command line's `sovereign.state_disk=`) partitions the blank disk, makes the volume
 /// (LUKS2 with a random volume key whose only keyslot's passphrase is sealed to the TPM under a
-/// PCR 11 policy, ext4 inside) and mounts it; on every later boot it opens and mounts it.
+/// policy of PCRs 4, 11 and 12, ext4 inside) and mounts it; on every later boot it opens and mounts it.
 /// `sovereign-state.service` does the same in the root where the initrd could not (a disk it
 /// cannot name in sysfs, or one that showed late). Sealing and opening both see the same PCR 11
 /// (the UKI's sections, `enter-initrd`, `leave-initrd`): under another image, or off this
@@ -533,7 +533,7 @@ fn install_state_disk(spec: &BuildSpec, root: &Path) -> Result<(), BuildError> {
 fn state_unit(device: &str) -> String {
     format!(
         "[Unit]\n\
-         Description=Sealed state disk (first boot: partitioned, made as LUKS2 sealed to PCR 11, mounted)\n\
+         Description=Sealed state disk (first boot: partitioned, made as LUKS2 sealed to PCRs 4, 11 and 12, mounted)\n\
          Documentation=file:/usr/share/sovereign-host/docs/image.md\n\
          DefaultDependencies=no\n\
          Wants=systemd-udevd.service systemd-udev-trigger.service\n\

@@ -309,7 +309,7 @@ pub fn provision_in_root() -> Result<provision::Provisioned, provision::Provisio
 /// What became of the state disk, for the console (initrd) or the journal (root).
 pub fn state_opened(part: &Path, mapped: &Path, created: bool) -> String {
     let how = if created {
-        "made (LUKS2, its passphrase sealed to PCR 11, ext4 inside)"
+        "made (LUKS2, its passphrase sealed to PCRs 4, 11 and 12, ext4 inside)"
     } else {
         "unsealed with the TPM"
     };

@@ -13,7 +13,7 @@
 //!    command line's root hash ([`verity`], [`dm`]), and mounts it read-only;
 //! 6. extends PCR 11 with `leave-initrd`;
 //! 7. mounts the root's `/var` (memory) and the node's state disk at `/var/lib/hostd`: opened
-//!    with the key the TPM unseals under PCR 11 or, on the first boot, partitioned ([`gpt`]),
+//!    with the key the TPM unseals under PCRs 4, 11 and 12 or, on the first boot, partitioned ([`gpt`]),
 //!    sealed and formatted ([`state`], [`luks`]), and then copies the node's provisioning
 //!    disk onto it when the state disk has no config yet ([`provision`]);
 //! 8. moves the kernel filesystems into the root, frees the initramfs and executes the root's

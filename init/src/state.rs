@@ -5,13 +5,14 @@
 //!
 //! On the node's first boot the disk is blank: it gets a GPT partition labelled
 //! [`PARTLABEL`] ([`disk`], [`crate::gpt`]) and the volume is made on it ([`open_or_create`],
-//! `create`): LUKS2 whose one keyslot's passphrase is a secret sealed to the TPM under a PCR 11
-//! policy, described by the volume's `systemd-tpm2` token, as `systemd-repart`'s
-//! `Encrypt=tpm2` wrote it before. Opening it is what `systemd-cryptsetup` does with that
-//! token:
-//! 1. unseal the secret with the TPM ([`tpm::unseal`]): it is released only while PCR 11
-//!    holds what it held when the secret was sealed, before the root's `sysinit` phase: this
-//!    image's UKI sections, `enter-initrd` and `leave-initrd`. So this runs after
+//! `create`): LUKS2 whose one keyslot's passphrase is a secret sealed to the TPM under a PCR
+//! policy (PCRs 4, 11 and 12: `create::PCRS` says why each), described by the volume's
+//! `systemd-tpm2` token, as `systemd-repart`'s `Encrypt=tpm2` wrote it before. Opening it is
+//! what `systemd-cryptsetup` does with that token:
+//! 1. unseal the secret with the TPM ([`tpm::unseal`]): it is released only while the PCRs
+//!    hold what they held when the secret was sealed: PCR 11 before the root's `sysinit`
+//!    phase (this image's UKI sections, `enter-initrd` and `leave-initrd`), PCR 4 (the
+//!    firmware started this UKI) and PCR 12 (no command line given in place of the UKI's). So this runs after
 //!    `leave-initrd` is measured, as the root's `systemd-cryptsetup` ran;
 //! 2. the keyslot's passphrase is the secret in base64 (systemd's convention); with it the
 //!    keyslot gives the volume key ([`crate::luks`]);
@@ -94,7 +95,8 @@ pub enum StateError {
         /// How long the init waited.
         secs: u64,
     },
-    /// The TPM refused to unseal the passphrase (under another image: PCR 11 differs).
+    /// The TPM refused to unseal the passphrase (under another image, another boot path or
+    /// another command line: PCR 11, 4 or 12 differs).
     #[error("unsealing the state disk's passphrase")]
     Unseal(#[source] tpm::TpmError),
     /// The data segment is not one this init can map.
@@ -143,7 +145,7 @@ pub enum StateError {
         device: PathBuf,
     },
     /// Sealing a new volume's passphrase to the TPM failed.
-    #[error("sealing the new state disk's passphrase to PCR 11")]
+    #[error("sealing the new state disk's passphrase to PCRs 4, 11 and 12")]
     Seal(#[source] tpm::TpmError),
     /// The OS's random generator failed.
     #[error("the OS's random generator")]

@@ -3,10 +3,9 @@
 //! (the same LUKS2 layout, token and PCR 11 policy, so the initrd opens it on every later
 //! boot), in a fraction of the time: no PBKDF benchmark, no loop device, no libcryptsetup.
 //!
-//! 1. a 32-byte secret from the OS's generator, sealed by the TPM to PCR 11 as it is now
-//!    (the UKI's sections, `enter-initrd`, `leave-initrd`: the same PCR 11 the initrd sees
-//!    when it unseals, since this runs after `leave-initrd` in the initrd, or before the
-//!    root's `sysinit` phase);
+//! 1. a 32-byte secret from the OS's generator, sealed by the TPM to PCRs 4, 11 and 12 as
+//!    they are now ([`PCRS`]: the PCR 11 the initrd sees when it unseals, since this runs
+//!    after `leave-initrd` in the initrd, or before the root's `sysinit` phase);
 //! 2. the header area wiped, then ext4 made inside a dm-crypt mapping of a new random
 //!    AES-256-XTS volume key;
 //! 3. only then the LUKS2 header: keyslot 0 (passphrase: the secret in base64, systemd's
@@ -30,8 +29,19 @@ use zeroize::Zeroizing;
 const KEY_LEN: usize = 64;
 /// The sealed secret's length, as systemd's.
 const SECRET_LEN: usize = 32;
-/// The PCR the secret is sealed to: the UKI and the boot phases (systemd-stub's PCR).
-const PCR: u32 = 11;
+/// The PCRs the secret is sealed to, each as it is when the volume is made:
+/// - 11: the UKI's sections and the boot phases (systemd-stub's and systemd-pcrphase's PCR).
+///   Alone it is not enough: nothing stops a program from extending PCR 11, and every value
+///   that goes into it is public (the manifest lists the sections' digests), so another
+///   kernel, booted without systemd-stub, could bring PCR 11 from zero to this image's value
+///   and unseal.
+/// - 4: what the firmware started (each boot application's Authenticode hash, after its boot
+///   attempts): another kernel or loader is in it for good, and nothing can extend it back.
+/// - 12: systemd-stub's record of a command line given in place of the UKI's (which it
+///   accepts when Secure Boot is off), and of credentials and system extensions: zero on
+///   this image's boots, anything else under a changed command line such as another root
+///   hash, which PCR 11 (the `.cmdline` section, unchanged) would not show.
+pub(super) const PCRS: [u32; 3] = [4, 11, 12];
 /// Fewer data sectors than this (32 MiB) is not a state disk but a mistake.
 const MIN_DATA_SECTORS: u64 = 64 * 1024;
 /// Debian's mkfs.ext4, in the image's root.
@@ -90,16 +100,16 @@ fn check_size(part: &Partition) -> Result<(), StateError> {
     Ok(())
 }
 
-/// Seals the secret to PCR 11 under systemd's ECC storage key; returns keyslot 0's token.
+/// Seals the secret to [`PCRS`] under systemd's ECC storage key; returns keyslot 0's token.
 fn seal(tpm_device: &Path, secret: &[u8]) -> Result<Tpm2Token, StateError> {
     use tpm::unseal::PrimaryAlg;
     let mut t = tpm::Device::open(tpm_device).map_err(StateError::Seal)?;
-    let sealed = tpm::seal::seal(&mut t, secret, &[PCR], "sha256", PrimaryAlg::Ecc)
+    let sealed = tpm::seal::seal(&mut t, secret, &PCRS, "sha256", PrimaryAlg::Ecc)
         .map_err(StateError::Seal)?;
     Ok(Tpm2Token {
         keyslots: vec![0],
         blob: sealed.blob,
-        pcrs: vec![PCR],
+        pcrs: PCRS.to_vec(),
         pcr_bank: "sha256".to_owned(),
         primary_alg: Some("ecc".to_owned()),
         policy_hash: sealed.policy_hash,

@@ -57,6 +57,53 @@ fn sealed_to_pcr_11_unseals_until_pcr_11_changes() {
     }
 }
 
+/// The state disk's policy (PCRs 4, 11 and 12), over power cycles of one TPM: the boot
+/// that sealed it, repeated, unseals; a boot where any one of the three ends elsewhere does
+/// not, even with PCR 11 brought to its sealed value (another kernel replaying PCR 11's
+/// public extends: PCR 4 holds that kernel).
+#[test]
+fn sealed_to_pcrs_4_11_and_12_unseals_only_while_all_three_hold() {
+    let pcrs = [4u32, 11, 12];
+    let dir = tempfile::tempdir().unwrap();
+    let boot = |pcr4: u8, pcr11: u8, pcr12: Option<u8>| {
+        let sw = Swtpm::start(dir.path()).unwrap();
+        let mut t = sw.connect().unwrap();
+        pcr_extend(&mut t, 4, &[pcr4; 32]).unwrap();
+        pcr_extend(&mut t, 11, &[pcr11; 32]).unwrap();
+        if let Some(v) = pcr12 {
+            pcr_extend(&mut t, 12, &[v; 32]).unwrap();
+        }
+        (sw, t)
+    };
+    let (sw, mut t) = boot(4, 11, None);
+    let sealed = seal(&mut t, b"passphrase", &pcrs, "sha256", PrimaryAlg::Ecc).unwrap();
+    drop(t);
+    drop(sw);
+    let object = SealedObject {
+        blob: &sealed.blob,
+        pcrs: &pcrs,
+        bank: "sha256",
+        primary: Some(PrimaryAlg::Ecc),
+        storage_key: Some(&sealed.storage_key),
+    };
+    for (pcr4, pcr11, pcr12, opens) in [
+        (4, 11, None, true),
+        (5, 11, None, false),
+        (4, 10, None, false),
+        (4, 11, Some(12), false),
+        (4, 11, None, true),
+    ] {
+        let (_sw, mut t) = boot(pcr4, pcr11, pcr12);
+        match unseal(&mut t, &object) {
+            Ok(secret) if opens => assert_eq!(secret.as_bytes(), b"passphrase"),
+            Err(TpmError::Response { command, rc }) if !opens => {
+                assert_eq!((command, rc), ("TPM2_Unseal", 0x99d));
+            }
+            other => panic!("PCR 4 {pcr4}, 11 {pcr11}, 12 {pcr12:?}: {other:?}"),
+        }
+    }
+}
+
 #[test]
 fn a_damaged_token_is_named_not_sent() {
     let dir = tempfile::tempdir().unwrap();
