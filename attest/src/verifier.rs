@@ -386,6 +386,7 @@ impl Verifier {
         let mut acc = Acc::default();
         let nonce_state = nonces.consume(expected_nonce, now);
         let node = self.appraise_inner(evidence, expected_nonce, now, nonce_state, &mut acc);
+        let node_named = node.is_some();
         let claims = AttestationClaims {
             eat_profile: EAR_PROFILE.into(),
             status: acc.tv.status(),
@@ -396,7 +397,9 @@ impl Verifier {
             iat: now,
             node,
             verifier_key: self.config.signing_key.verifying_key().to_bytes(),
-            image: (acc.tv.executables == tier::AFFIRMING).then(|| ImageReference {
+            // Named only for a node whose enrollment verified: measurements vouched for by an
+            // AK that an unverified enrollment binds say nothing about any node.
+            image: (node_named && acc.tv.executables == tier::AFFIRMING).then(|| ImageReference {
                 name: self.config.reference.image.name.clone(),
                 version: self.config.reference.image.version.clone(),
             }),
@@ -443,7 +446,11 @@ impl Verifier {
         let node_ok = self.appraise_enrollment(claims, now, acc);
         self.appraise_freshness(claims, expected_nonce, now, nonce_state, acc);
         acc.raise(InstanceIdentity, tier::AFFIRMING);
-        let quoted = appraise_tpm(claims, expected_nonce, acc);
+        let quoted = if node_ok {
+            appraise_tpm(claims, expected_nonce, acc)
+        } else {
+            refuse_unverified_ak(claims, acc)
+        };
         self.appraise_measurements(claims, quoted.as_ref(), acc);
         self.appraise_hardware(claims, expected_nonce, &node_pk, now, acc);
 
@@ -905,6 +912,21 @@ fn appraise_tpm(
             None
         }
     }
+}
+
+/// Without a verified enrollment the AK it binds is anyone's key: its quote is not appraised,
+/// and nothing it vouches for counts (the `pcr.N` references are then `measurement-missing`).
+fn refuse_unverified_ak(claims: &EvidenceClaims, acc: &mut Acc) -> Option<VerifiedPcrs> {
+    if claims.enrollment.claims.tpm_ak.is_some() || claims.tpm.is_some() {
+        acc.fail(
+            Claim::Hardware,
+            tier::CONTRAINDICATED,
+            "tpm-ak-unverified",
+            "the enrollment that would bind the TPM attestation key did not verify, so the \
+             quote is not appraised",
+        );
+    }
+    None
 }
 
 /// Reason codes of quote failures (documented in docs/attestation.md).

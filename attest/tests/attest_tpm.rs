@@ -316,3 +316,29 @@ fn evidence_with_a_quote_round_trips_and_refuses_oversized_quotes() {
     }
     assert!(Evidence::sign(claims, &node()).is_err());
 }
+
+/// An enrollment no configured authority signed binds an AK that is anyone's: its quote, valid
+/// as it is, is not appraised, nothing it vouches for counts, and no image is named.
+#[test]
+fn an_unverified_enrollments_ak_vouches_for_nothing() {
+    let forged = EnrollmentAuthority::from_seed(&[9; 32])
+        .issue(EnrollmentClaims {
+            node_public_key: node().public_key(),
+            node_name: "node-fra-01".into(),
+            jurisdiction: "DE-HE".into(),
+            facility: "FRA1".into(),
+            not_before: NOW - 100,
+            not_after: NOW + 100,
+            authority_public_key: [0; 32],
+            tpm_ak: Some(ak().public_area()),
+        })
+        .unwrap();
+    let quote = ak().quote(&NONCE, &PCRS);
+    let v = verifier(&[("pcr.11", PCRS[2])]);
+    let ar = appraise(&v, &evidence(forged, &[], Some(quote)));
+    reason(&ar, "tpm-ak-unverified", "hardware");
+    assert!(reason(&ar, "measurement-missing", "executables").starts_with("pcr.11:"));
+    assert_ne!(ar.result.trust_vector.hardware, tier::AFFIRMING);
+    assert!(ar.result.image.is_none(), "{:?}", ar.result.image);
+    assert!(ar.result.node.is_none());
+}
