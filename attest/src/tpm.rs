@@ -147,30 +147,41 @@ pub enum TpmError {
     #[error("quote signature does not verify with the enrolled AK")]
     BadSignature,
     /// The quote answers another nonce.
-    #[error("quote answers nonce {got}, expected {expected}")]
+    #[error(
+        "quote answers nonce {}, expected {}",
+        hex::encode(got),
+        hex::encode(expected)
+    )]
     NonceMismatch {
-        /// Hex of the quote's extraData.
-        got: String,
-        /// Hex of the expected nonce.
-        expected: String,
+        /// The quote's extraData.
+        got: Vec<u8>,
+        /// The expected nonce.
+        expected: [u8; 32],
     },
     /// The quote covers other PCRs than SHA-256 {4, 7, 11}.
-    #[error("quote selects {got}, expected SHA-256 PCRs 4, 7, 11")]
+    #[error("quote selects {got:?}, expected SHA-256 PCRs 4, 7, 11")]
     PcrSelection {
-        /// The selection found, as text.
-        got: String,
+        /// The selections found.
+        got: Vec<PcrSelection>,
     },
     /// The PCR values carried alongside do not hash to the quoted digest.
-    #[error("PCR digest {got} of the carried values != quoted digest {quoted}")]
+    #[error(
+        "PCR digest {} of the carried values != quoted digest {}",
+        hex::encode(got),
+        hex::encode(quoted)
+    )]
     PcrDigestMismatch {
-        /// Hex of SHA-256(pcr4 || pcr7 || pcr11) of the carried values.
-        got: String,
-        /// Hex of the digest the TPM signed.
-        quoted: String,
+        /// SHA-256(pcr4 || pcr7 || pcr11) of the carried values.
+        got: [u8; 32],
+        /// The digest the TPM signed.
+        quoted: Vec<u8>,
     },
-    /// The carried PCR values are not exactly 4, 7 and 11.
-    #[error("carried PCR values: {0}")]
-    PcrValues(String),
+    /// The carried PCR values are not for exactly PCRs 4, 7 and 11.
+    #[error("carried PCR values for {got:?}, expected exactly 4, 7 and 11")]
+    PcrSet {
+        /// The keys carried, as sent.
+        got: Vec<String>,
+    },
 }
 
 /// Bounds-checked big-endian reader over TPM marshalled bytes: every read either returns the
@@ -482,9 +493,9 @@ impl QuoteClaim {
         let mut got: Vec<&String> = self.pcrs.keys().collect();
         got.sort_by_key(|k| k.parse::<u16>().unwrap_or(u16::MAX));
         if got.len() != want.len() || got.iter().zip(&want).any(|(g, w)| *g != w) {
-            return Err(TpmError::PcrValues(format!(
-                "PCRs {got:?}, expected exactly 4, 7 and 11"
-            )));
+            return Err(TpmError::PcrSet {
+                got: got.into_iter().cloned().collect(),
+            });
         }
         Ok(())
     }
@@ -496,7 +507,9 @@ impl QuoteClaim {
             *slot = *self
                 .pcrs
                 .get(&index.to_string())
-                .ok_or_else(|| TpmError::PcrValues(format!("PCR {index} missing")))?;
+                .ok_or_else(|| TpmError::PcrSet {
+                    got: self.pcrs.keys().cloned().collect(),
+                })?;
         }
         Ok(out)
     }
@@ -532,8 +545,8 @@ pub fn verify_quote(
     let info = QuoteInfo::parse(&claim.attest)?;
     if info.extra_data != expected_nonce {
         return Err(TpmError::NonceMismatch {
-            got: hex::encode(&info.extra_data),
-            expected: hex::encode(expected_nonce),
+            got: info.extra_data.clone(),
+            expected: *expected_nonce,
         });
     }
     let expected_selection = [PcrSelection {
@@ -542,15 +555,15 @@ pub fn verify_quote(
     }];
     if info.pcr_select != expected_selection {
         return Err(TpmError::PcrSelection {
-            got: format!("{:?}", info.pcr_select),
+            got: info.pcr_select.clone(),
         });
     }
     let values = claim.ordered_values()?;
     let digest = pcr_digest(&values);
     if info.pcr_digest != digest {
         return Err(TpmError::PcrDigestMismatch {
-            got: hex::encode(digest),
-            quoted: hex::encode(&info.pcr_digest),
+            got: digest,
+            quoted: info.pcr_digest.clone(),
         });
     }
     Ok(QUOTED_PCRS.into_iter().zip(values).collect())

@@ -819,38 +819,44 @@ impl Verifier {
     }
 }
 
+/// Why evidence offers no value for a reference measurement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+enum Unavailable {
+    #[error("not in evidence")]
+    NotInEvidence,
+    #[error(
+        "no verified TPM quote in the evidence (PCR values the node reports itself are not \
+         evidence)"
+    )]
+    NoVerifiedQuote,
+    #[error(
+        "not covered by the TPM quote (PCRs {:?} are quoted)",
+        tpm::QUOTED_PCRS
+    )]
+    NotQuoted,
+}
+
 /// The value evidence offers for reference measurement `name`, or why there is none. `pcr.N`
 /// comes only from a verified quote, never from the node's own `measurements`.
 fn reported_measurement(
     name: &str,
     claims: &EvidenceClaims,
     quoted: Option<&VerifiedPcrs>,
-) -> Result<[u8; 32], String> {
+) -> Result<[u8; 32], Unavailable> {
     let Some(index) = name.strip_prefix("pcr.") else {
         return claims
             .measurements
             .get(name)
             .copied()
-            .ok_or_else(|| "not in evidence".to_string());
+            .ok_or(Unavailable::NotInEvidence);
     };
-    let Some(quoted) = quoted else {
-        return Err(
-            "no verified TPM quote in the evidence (PCR values the node reports itself \
-                    are not evidence)"
-                .into(),
-        );
-    };
+    let quoted = quoted.ok_or(Unavailable::NoVerifiedQuote)?;
     index
         .parse::<u8>()
         .ok()
         .and_then(|i| quoted.get(&i))
         .copied()
-        .ok_or_else(|| {
-            format!(
-                "not covered by the TPM quote (PCRs {:?} are quoted)",
-                tpm::QUOTED_PCRS
-            )
-        })
+        .ok_or(Unavailable::NotQuoted)
 }
 
 /// The TPM quote: required when the enrollment binds an AK, refused without one, and verified
