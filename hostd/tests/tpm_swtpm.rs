@@ -117,6 +117,31 @@ fn evidence_with_a_swtpm_quote_is_appraised_by_pcr_11() {
     assert_eq!(r.claim, "executables");
 }
 
+/// The enrollment binds TPM A's AK; the node quotes with TPM B (a node key moved to other
+/// hardware, or another TPM put in): B's quote does not verify with A's AK.
+#[test]
+fn a_quote_by_another_tpm_than_the_enrolled_one_is_refused() {
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (sw_a, sw_b) = (
+        Swtpm::start(dir_a.path()).unwrap(),
+        Swtpm::start(dir_b.path()).unwrap(),
+    );
+    let ak_a = tpm::ak_public(&mut sw_a.connect().unwrap()).unwrap();
+    let pcr11 = tpm::pcr_read(&mut sw_b.connect().unwrap()).unwrap()[&11];
+    let node = NodeKey::from_seed(&[2; 32]);
+    let attester = Attester::from_parts(
+        NodeKey::from_seed(&[2; 32]),
+        dir_b.path().join("node.key"),
+        Some(enrollment(&node, Some(ak_a))),
+        Some(shared(&sw_b)),
+    );
+    let ar = attest(&attester, &verifier(pcr11), [0x54; 32]);
+    assert_eq!(ar.status(), Status::Contraindicated);
+    let codes: Vec<&str> = ar.result.reasons.iter().map(|r| r.code.as_str()).collect();
+    assert!(codes.contains(&"tpm-quote-signature-invalid"), "{codes:?}");
+    assert!(codes.contains(&"measurement-missing"), "{codes:?}");
+}
+
 #[test]
 fn a_quote_from_a_tpm_the_enrollment_does_not_bind_is_refused() {
     let dir = tempfile::tempdir().unwrap();

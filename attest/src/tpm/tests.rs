@@ -304,6 +304,28 @@ fn every_truncation_is_a_typed_error() {
     }
 }
 
+/// Checks after the signature, on signed input: a nonce of another length, or bytes after
+/// the structure, are refused though the AK signed them.
+#[test]
+fn signed_odd_lengths_and_trailing_bytes_are_refused() {
+    for len in [0, 31, 33, 64] {
+        let mut fields = QuoteFields::honest(&NONCE, &PCRS);
+        fields.extra_data = vec![0x42; len];
+        let claim = ak().quote_with(&fields, &PCRS);
+        assert!(
+            matches!(verify(&claim), Err(TpmError::NonceMismatch { .. })),
+            "{len}"
+        );
+    }
+    let mut claim = ak().quote(&NONCE, &PCRS);
+    claim.attest.push(0);
+    claim.signature = ak().sign(&claim.attest);
+    assert!(matches!(
+        verify(&claim),
+        Err(TpmError::Trailing { .. } | TpmError::Truncated { .. })
+    ));
+}
+
 proptest! {
     #[test]
     fn hostile_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
@@ -324,5 +346,34 @@ proptest! {
         prop_assume!(claim.attest != honest.attest);
         prop_assert!(verify(&claim).is_err());
         let _ = QuoteInfo::parse(&claim.attest);
+    }
+
+    /// The same mutations, signed by the AK: the checks after the signature run on them.
+    /// Fields the verifier ignores (clock, firmware version, signer name) may change and
+    /// still verify; nothing it checks may.
+    #[test]
+    fn signed_mutations_verify_only_with_the_checked_fields_intact(
+        index in 0usize..160, value in any::<u8>(), cut in 0usize..160, trailing in 0usize..3,
+    ) {
+        let honest = ak().quote(&NONCE, &PCRS);
+        let mut attest = honest.attest.clone();
+        let i = index % attest.len();
+        attest[i] = value;
+        attest.truncate(cut.max(1));
+        attest.extend(std::iter::repeat_n(0u8, trailing));
+        let claim = QuoteClaim {
+            signature: ak().sign(&attest),
+            attest,
+            pcrs: honest.pcrs.clone(),
+        };
+        if let Ok(pcrs) = verify(&claim) {
+            let info = QuoteInfo::parse(&claim.attest).unwrap();
+            let want = QuoteInfo::parse(&honest.attest).unwrap();
+            prop_assert_eq!(pcrs, verify(&honest).unwrap());
+            prop_assert_eq!(info.extra_data, want.extra_data);
+            prop_assert_eq!(info.pcr_select, want.pcr_select);
+            prop_assert_eq!(info.pcr_digest, want.pcr_digest);
+            prop_assert_eq!(claim.attest.len(), honest.attest.len());
+        }
     }
 }
