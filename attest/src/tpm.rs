@@ -472,21 +472,32 @@ pub struct QuoteClaim {
     /// SHA-256 bank values of PCRs 4, 7 and 11, keyed by decimal index.
     #[serde(with = "hex_bytes::digest_map")]
     pub pcrs: BTreeMap<String, [u8; 32]>,
+    /// The firmware's TCG event log (Linux's `binary_bios_measurements`), where the node has
+    /// one: the node's say-so until a verifier replays PCR 4 from it and finds the quoted
+    /// value (`crate::eventlog`). Absent from evidence made before it existed, so their
+    /// signatures hold.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "hex_bytes::option"
+    )]
+    pub event_log: Option<Vec<u8>>,
 }
+
+/// The largest event log evidence may carry (a server's firmware writes tens of KiB).
+pub const MAX_EVENT_LOG_BYTES: usize = 1 << 20;
 
 impl QuoteClaim {
     /// Size bounds and the exact PCR set, without cryptography.
     pub fn validate(&self) -> Result<(), TpmError> {
-        for (what, len) in [
-            ("attest", self.attest.len()),
-            ("signature", self.signature.len()),
+        let log_len = self.event_log.as_ref().map_or(0, Vec::len);
+        for (what, len, max) in [
+            ("attest", self.attest.len(), MAX_TPM_STRUCT_BYTES),
+            ("signature", self.signature.len(), MAX_TPM_STRUCT_BYTES),
+            ("event_log", log_len, MAX_EVENT_LOG_BYTES),
         ] {
-            if len > MAX_TPM_STRUCT_BYTES {
-                return Err(TpmError::TooLarge {
-                    what,
-                    len,
-                    max: MAX_TPM_STRUCT_BYTES,
-                });
+            if len > max {
+                return Err(TpmError::TooLarge { what, len, max });
             }
         }
         let want: Vec<String> = QUOTED_PCRS.iter().map(u8::to_string).collect();

@@ -265,6 +265,46 @@ pub struct Attester {
     enrollment: Option<EnrollmentCertificate>,
     statics: Mutex<Pending>,
     tpm: Option<SharedTpm>,
+    /// The firmware's event log of that TPM, sent with each quote.
+    event_log: Option<PathBuf>,
+}
+
+/// Where Linux shows the firmware's TCG event log of the TPM at `device` (`/dev/tpmrmN` or
+/// `/dev/tpmN`): securityfs, which systemd mounts at boot. None for anything else (swtpm's
+/// socket in tests has no firmware).
+pub fn event_log_path(device: &Path) -> Option<PathBuf> {
+    let name = device.file_name()?.to_str()?;
+    let n = name
+        .strip_prefix("tpmrm")
+        .or_else(|| name.strip_prefix("tpm"))?;
+    (!n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())).then(|| {
+        Path::new("/sys/kernel/security")
+            .join(format!("tpm{n}"))
+            .join("binary_bios_measurements")
+    })
+}
+
+/// The event log at `path`, or a note saying why evidence goes without it (a verifier that
+/// appraises what the firmware started then says the log is missing).
+fn read_event_log(path: &Path, notes: &mut Vec<String>) -> Option<Vec<u8>> {
+    let refused = |notes: &mut Vec<String>, why: String| {
+        warn!(path = %path.display(), why = %why, "no TPM event log in evidence");
+        notes.push(format!("tpm: no event log: {why}"));
+        None
+    };
+    match std::fs::read(path) {
+        Ok(log) if log.len() > attest::tpm::MAX_EVENT_LOG_BYTES => refused(
+            notes,
+            format!(
+                "{}: {} bytes, more than {}",
+                path.display(),
+                log.len(),
+                attest::tpm::MAX_EVENT_LOG_BYTES
+            ),
+        ),
+        Ok(log) => Some(log),
+        Err(e) => refused(notes, format!("{}: {}", path.display(), report(&e))),
+    }
 }
 
 /// Opens the TPM `[attestation] tpm` names. `auto` without a device is no TPM; an explicit
@@ -304,6 +344,10 @@ impl Attester {
             }
         };
         let tpm = open_tpm(&cfg.attestation.tpm)?;
+        let event_log = tpm
+            .as_ref()
+            .and(cfg.attestation.tpm.device())
+            .and_then(|device| event_log_path(&device));
         if let (Some(tpm), Some(enrollment)) = (&tpm, &enrollment) {
             if let Some(warning) = check_tpm_enrollment(tpm, enrollment)? {
                 warn!("{warning}");
@@ -327,6 +371,7 @@ impl Attester {
             enrollment,
             statics: Mutex::new(Pending::Running(handle)),
             tpm,
+            event_log,
         })
     }
 
@@ -344,6 +389,15 @@ impl Attester {
             enrollment,
             statics: Mutex::new(Pending::Ready(Arc::default())),
             tpm,
+            event_log: None,
+        }
+    }
+
+    /// The same, sending the event log at `path` with each quote.
+    pub fn with_event_log(self, path: PathBuf) -> Attester {
+        Attester {
+            event_log: Some(path),
+            ..self
         }
     }
 
@@ -359,7 +413,13 @@ impl Attester {
         let shared = self.tpm.as_ref()?;
         let mut transport = shared.lock().unwrap_or_else(|p| p.into_inner());
         match tpm::quote(&mut **transport, nonce) {
-            Ok(q) => Some(q),
+            Ok(mut q) => {
+                q.event_log = self
+                    .event_log
+                    .as_deref()
+                    .and_then(|path| read_event_log(path, notes));
+                Some(q)
+            }
             Err(e) => {
                 warn!(error = %report(&e), "TPM quote failed");
                 notes.push(format!("tpm: no quote: {e}", e = report(&e)));
@@ -533,6 +593,31 @@ pub fn unix_now() -> u64 {
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn the_event_log_is_the_one_of_the_tpm_in_use() {
+        let log = |dev: &str| event_log_path(Path::new(dev)).map(|p| p.display().to_string());
+        let sysfs = "/sys/kernel/security";
+        assert_eq!(
+            log("/dev/tpmrm0").as_deref(),
+            Some(&*format!("{sysfs}/tpm0/binary_bios_measurements"))
+        );
+        assert_eq!(
+            log("/dev/tpm1").as_deref(),
+            Some(&*format!("{sysfs}/tpm1/binary_bios_measurements"))
+        );
+        for other in ["/run/swtpm.sock", "/dev/tpmrm", "/dev/tpmx0", "/"] {
+            assert_eq!(log(other), None, "{other}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let mut notes = Vec::new();
+        let file = dir.path().join("log");
+        std::fs::write(&file, b"\x01\x02").unwrap();
+        assert_eq!(read_event_log(&file, &mut notes), Some(vec![1, 2]));
+        assert!(notes.is_empty());
+        assert_eq!(read_event_log(&dir.path().join("none"), &mut notes), None);
+        assert!(notes[0].starts_with("tpm: no event log:"), "{notes:?}");
+    }
 
     #[test]
     fn a_configured_tpm_that_cannot_be_opened_stops_the_start() {

@@ -119,6 +119,49 @@ fn evidence_with_a_swtpm_quote_is_appraised_by_pcr_11() {
 
 /// The enrollment binds TPM A's AK; the node quotes with TPM B (a node key moved to other
 /// hardware, or another TPM put in): B's quote does not verify with A's AK.
+/// The firmware's event log goes with each quote, as it is on the node; without one the
+/// evidence says why.
+#[test]
+fn the_event_log_goes_with_the_quote() {
+    let dir = tempfile::tempdir().unwrap();
+    let sw = Swtpm::start(dir.path()).unwrap();
+    let node = NodeKey::from_seed(&[2; 32]);
+    let ak = tpm::ak_public(&mut sw.connect().unwrap()).unwrap();
+    let log = dir.path().join("binary_bios_measurements");
+    std::fs::write(&log, b"a firmware's event log").unwrap();
+    let attester = Attester::from_parts(
+        NodeKey::from_seed(&[2; 32]),
+        dir.path().join("node.key"),
+        Some(enrollment(&node, Some(ak))),
+        Some(shared(&sw)),
+    )
+    .with_event_log(log.clone());
+    let evidence = |attester: &Attester| {
+        attester
+            .build_evidence([0x55; 32], NOW, BTreeMap::new(), vec![], vec![])
+            .unwrap()
+    };
+    let collected = evidence(&attester);
+    let claims = attest::evidence::Evidence::verify_document(&collected.evidence)
+        .unwrap()
+        .claims;
+    let quote = claims.tpm.expect("a quote");
+    assert_eq!(
+        quote.event_log.as_deref(),
+        Some(&b"a firmware's event log"[..])
+    );
+    std::fs::remove_file(&log).unwrap();
+    let collected = evidence(&attester);
+    assert!(
+        collected
+            .notes
+            .iter()
+            .any(|n| n.starts_with("tpm: no event log")),
+        "{:?}",
+        collected.notes
+    );
+}
+
 #[test]
 fn a_quote_by_another_tpm_than_the_enrolled_one_is_refused() {
     let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());

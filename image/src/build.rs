@@ -756,6 +756,10 @@ fn manifest(
         components.insert(format!("uki{}", s.name()), sha256(data));
     }
     components.insert("uki".to_owned(), sha256(uki));
+    components.insert(
+        "uki.authenticode".to_owned(),
+        crate::uki::authenticode_sha256(uki)?,
+    );
     components.insert("verity.roothash".to_owned(), root_hash);
     Ok(ImageManifest {
         name: manifest_name(spec),

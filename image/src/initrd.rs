@@ -202,7 +202,7 @@ fn libraries(tree: &Path, rel: &Path) -> Result<Vec<PathBuf>, InitrdError> {
             let s = d.string(endian, strings).map_err(elf_err)?;
             Ok(String::from_utf8_lossy(s).into_owned())
         };
-        match d.tag32(endian) {
+        match d.tag32(endian).map(i64::from) {
             Some(elf::DT_NEEDED) => names.push(text()?),
             Some(elf::DT_RUNPATH | elf::DT_RPATH) => {
                 for dir in text()?.split(':') {

@@ -43,6 +43,22 @@ pub enum UkiError {
     /// image without being measured.
     #[error("section {0} is empty")]
     EmptySection(&'static str),
+    /// The PE's headers name ranges outside the file (never for a UKI this module made).
+    #[error("the UKI's headers name ranges outside it; no Authenticode digest")]
+    AuthenticodeRanges,
+}
+
+/// The Authenticode SHA-256 of a PE image (`authenticode` crate): what UEFI firmware measures
+/// into PCR 4, as an `EV_EFI_BOOT_SERVICES_APPLICATION` event, when it starts the image. A
+/// verifier that replays the firmware's event log compares the applications it finds there
+/// with this.
+pub fn authenticode_sha256(pe: &[u8]) -> Result<[u8; 32], UkiError> {
+    use sha2::Digest;
+    let file = object::read::pe::PeFile64::parse(pe).map_err(UkiError::NotPe)?;
+    let mut hash = sha2::Sha256::new();
+    authenticode::authenticode_digest(&file, &mut hash)
+        .map_err(|_| UkiError::AuthenticodeRanges)?;
+    Ok(hash.finalize().into())
 }
 
 /// Each section once, none empty: so that what the stub measures is every added section.
@@ -308,6 +324,30 @@ mod tests {
         let l = layout(&stub).unwrap();
         put_u32(&mut stub, l.file_header + 8, 0);
         assert_eq!(assemble(&stub, &[], 0), Err(UkiError::Signed));
+    }
+
+    /// The digest covers the sections but not the PE checksum (Authenticode skips it, so a
+    /// firmware's measurement does not depend on it).
+    #[test]
+    fn the_authenticode_digest_covers_the_sections_not_the_checksum() {
+        let Some(stub) = stub() else {
+            eprintln!("skipped: {STUB} missing (package systemd-boot-efi)");
+            return;
+        };
+        let make = |cmdline: &[u8]| {
+            assemble(&stub, &[(Section::Cmdline, cmdline)], 1_700_000_000).unwrap()
+        };
+        let uki = make(b"quiet");
+        let digest = authenticode_sha256(&uki).unwrap();
+        assert_ne!(digest, authenticode_sha256(&make(b"quieT")).unwrap());
+        let mut other_checksum = uki.clone();
+        let at = layout(&uki).unwrap().optional_header + 64;
+        put_u32(&mut other_checksum, at, 0x1234_5678);
+        assert_eq!(authenticode_sha256(&other_checksum).unwrap(), digest);
+        assert!(matches!(
+            authenticode_sha256(b"MZ no"),
+            Err(UkiError::NotPe(_))
+        ));
     }
 
     #[test]

@@ -447,6 +447,7 @@ pub fn quote_with<T: Transport + ?Sized>(
                 attest,
                 signature,
                 pcrs: pcrs.into_iter().map(|(i, v)| (i.to_string(), v)).collect(),
+                event_log: None,
             });
         }
     }

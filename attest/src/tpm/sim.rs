@@ -104,6 +104,7 @@ impl SoftAk {
                 .map(u8::to_string)
                 .zip(pcrs.iter().copied())
                 .collect(),
+            event_log: None,
         }
     }
 

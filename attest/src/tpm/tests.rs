@@ -365,6 +365,7 @@ proptest! {
             signature: ak().sign(&attest),
             attest,
             pcrs: honest.pcrs.clone(),
+            event_log: None,
         };
         if let Ok(pcrs) = verify(&claim) {
             let info = QuoteInfo::parse(&claim.attest).unwrap();
