@@ -27,6 +27,7 @@ use crate::ear::{
     tier, AttestationClaims, AttestationResult, ImageReference, NodeIdentity, Reason, Status,
     TrustVector, EAR_PROFILE,
 };
+use crate::eventlog::{EventLog, EventLogError};
 use crate::evidence::{
     evidence_digest, gpu_nonce, Evidence, EvidenceClaims, EvidenceError, GpuClaims, HexBytes,
 };
@@ -146,6 +147,24 @@ impl ReferenceValues {
         let image = manifest.verify(release_keys)?.clone();
         Ok(Self { image, gpu_rims })
     }
+}
+
+/// The reference measurement for what the firmware started: [`boot_applications_digest`] of
+/// the EFI applications in the node's event log, in order (for a UKI: the UKI, then the kernel
+/// systemd-stub loads from it), read only after the log's replay of PCR 4 equals the quoted
+/// PCR 4 ([`crate::eventlog`]). Unlike PCR 11, which anything running on the node can extend
+/// from public values, PCR 4 keeps what the firmware measured into it: another kernel or
+/// loader is in it for good.
+pub const BOOT_APPLICATIONS: &str = "efi.boot_applications";
+
+/// SHA-256 of the applications' Authenticode digests, concatenated in the order they were
+/// started: one value for a reference manifest to carry and a verifier to compare.
+pub fn boot_applications_digest(apps: &[[u8; 32]]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    for app in apps {
+        h.update(app);
+    }
+    h.finalize().into()
 }
 
 /// Whether a measurement name belongs to the `configuration` claim (else `executables`).
@@ -577,7 +596,7 @@ impl Verifier {
                     claim,
                     tier::CONTRAINDICATED,
                     "measurement-missing",
-                    format!("{name}: {why}"),
+                    format!("{name}: {}", crate::report::report(&why)),
                 ),
                 Ok(got) if got != *expected => acc.fail(
                     claim,
@@ -820,7 +839,7 @@ impl Verifier {
 }
 
 /// Why evidence offers no value for a reference measurement.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 enum Unavailable {
     #[error("not in evidence")]
     NotInEvidence,
@@ -834,6 +853,12 @@ enum Unavailable {
         tpm::QUOTED_PCRS
     )]
     NotQuoted,
+    #[error("the TPM quote carries no event log of the firmware")]
+    NoEventLog,
+    #[error("the firmware's event log")]
+    EventLog(#[source] EventLogError),
+    #[error("the firmware's event log names no EFI application in PCR 4")]
+    NoBootApplication,
 }
 
 /// The value evidence offers for reference measurement `name`, or why there is none. `pcr.N`
@@ -843,6 +868,9 @@ fn reported_measurement(
     claims: &EvidenceClaims,
     quoted: Option<&VerifiedPcrs>,
 ) -> Result<[u8; 32], Unavailable> {
+    if name == BOOT_APPLICATIONS {
+        return boot_applications(claims, quoted);
+    }
     let Some(index) = name.strip_prefix("pcr.") else {
         return claims
             .measurements
@@ -857,6 +885,30 @@ fn reported_measurement(
         .and_then(|i| quoted.get(&i))
         .copied()
         .ok_or(Unavailable::NotQuoted)
+}
+
+/// [`boot_applications_digest`] of the EFI applications the firmware started, from the event
+/// log the quote carries, once its replay of PCR 4 equals the quoted PCR 4.
+fn boot_applications(
+    claims: &EvidenceClaims,
+    quoted: Option<&VerifiedPcrs>,
+) -> Result<[u8; 32], Unavailable> {
+    let pcr4 = quoted
+        .ok_or(Unavailable::NoVerifiedQuote)?
+        .get(&4)
+        .ok_or(Unavailable::NotQuoted)?;
+    let log = claims
+        .tpm
+        .as_ref()
+        .and_then(|q| q.event_log.as_deref())
+        .ok_or(Unavailable::NoEventLog)?;
+    let apps = EventLog::parse(log)
+        .and_then(|log| log.boot_applications(pcr4))
+        .map_err(Unavailable::EventLog)?;
+    if apps.is_empty() {
+        return Err(Unavailable::NoBootApplication);
+    }
+    Ok(boot_applications_digest(&apps))
 }
 
 /// The TPM quote: required when the enrollment binds an AK, refused without one, and verified

@@ -342,3 +342,56 @@ fn an_unverified_enrollments_ak_vouches_for_nothing() {
     assert!(ar.result.image.is_none(), "{:?}", ar.result.image);
     assert!(ar.result.node.is_none());
 }
+
+/// What the firmware started, read from the node's event log once its replay of PCR 4 equals
+/// the quoted PCR 4: the UKI and its kernel pass, another application fails, and a log that
+/// does not replay to the quote, or no log, proves nothing.
+#[test]
+fn the_boot_applications_are_read_from_the_event_log_the_quote_vouches_for() {
+    use attest::eventlog::sim::LogBuilder;
+    use attest::eventlog::EV_EFI_BOOT_SERVICES_APPLICATION as APP;
+    use attest::verifier::{boot_applications_digest, BOOT_APPLICATIONS};
+    let (uki, kernel) = ([0x55; 32], [0x56; 32]);
+    let booted = |first: [u8; 32]| {
+        LogBuilder::new()
+            .boot_from_disk(first, b"\\EFI\\BOOT\\BOOTX64.EFI")
+            .event(4, APP, kernel, b"the kernel systemd-stub loads")
+    };
+    let quote_of = |log: &LogBuilder, event_log: Option<Vec<u8>>| {
+        let pcrs = [log.expected_pcr(4), PCRS[1], PCRS[2]];
+        let mut quote = ak().quote(&NONCE, &pcrs);
+        quote.event_log = event_log;
+        quote
+    };
+    let v = verifier(&[(BOOT_APPLICATIONS, boot_applications_digest(&[uki, kernel]))]);
+    let run = |quote: QuoteClaim| appraise(&v, &evidence(with_ak(), &[], Some(quote)));
+
+    let good = booted(uki);
+    let ar = run(quote_of(&good, Some(good.build())));
+    assert_eq!(ar.status(), Status::Affirming, "{:?}", ar.result.reasons);
+
+    let other = booted([0x66; 32]);
+    let ar = run(quote_of(&other, Some(other.build())));
+    let detail = reason(&ar, "measurement-mismatch", "executables");
+    assert!(detail.starts_with(BOOT_APPLICATIONS), "{detail}");
+
+    // The UKI's log sent beside a quote of another boot: the replay does not reach its PCR 4.
+    let ar = run(quote_of(&other, Some(good.build())));
+    let detail = reason(&ar, "measurement-missing", "executables");
+    assert!(
+        detail.contains("replay") || detail.contains("PCR 4"),
+        "{detail}"
+    );
+
+    let ar = run(quote_of(&good, None));
+    let detail = reason(&ar, "measurement-missing", "executables");
+    assert!(detail.contains("no event log"), "{detail}");
+
+    // A loader started first, then the same UKI and kernel: not what the image boots as.
+    let chain = LogBuilder::new()
+        .boot_from_disk([0x77; 32], b"loader")
+        .event(4, APP, uki, b"uki")
+        .event(4, APP, kernel, b"kernel");
+    let ar = run(quote_of(&chain, Some(chain.build())));
+    reason(&ar, "measurement-mismatch", "executables");
+}

@@ -739,7 +739,8 @@ fn sha256(data: &[u8]) -> [u8; 32] {
 }
 
 /// The reference manifest: what a verifier appraises (`pcr.11` after the `ready` phase, the
-/// hostd binary) and, for people, what those are made of.
+/// EFI applications the firmware starts, the hostd binary) and, for people, what those are
+/// made of.
 fn manifest(
     spec: &BuildSpec,
     sections: &[(Section, &[u8])],
@@ -756,10 +757,23 @@ fn manifest(
         components.insert(format!("uki{}", s.name()), sha256(data));
     }
     components.insert("uki".to_owned(), sha256(uki));
-    components.insert(
-        "uki.authenticode".to_owned(),
+    // What the firmware measures into PCR 4 as it boots the image: the UKI, then the kernel
+    // systemd-stub loads from its `.linux` section (each as its Authenticode digest).
+    let kernel = sections
+        .iter()
+        .find(|(s, _)| *s == Section::Linux)
+        .map(|(_, data)| *data)
+        .unwrap_or_default();
+    let apps = [
         crate::uki::authenticode_sha256(uki)?,
+        crate::uki::authenticode_sha256(kernel)?,
+    ];
+    measurements.insert(
+        attest::verifier::BOOT_APPLICATIONS.to_owned(),
+        attest::verifier::boot_applications_digest(&apps),
     );
+    components.insert("uki.authenticode".to_owned(), apps[0]);
+    components.insert("uki.linux.authenticode".to_owned(), apps[1]);
     components.insert("verity.roothash".to_owned(), root_hash);
     Ok(ImageManifest {
         name: manifest_name(spec),

@@ -298,14 +298,18 @@ impl Fixture {
     }
 
     /// `sovctl attest` against the build's manifest, as a verifier on the host would run it.
+    /// The node's evidence is kept as `evidence.json` in the fixture's folder (the last one).
     pub(crate) fn attest(&self, _vm: &Vm) -> String {
         let f = |name: &str| self.dev.join(name).display().to_string();
         let reference = self.out.join("manifest.json").display().to_string();
+        let evidence = self.work.join("evidence.json").display().to_string();
         let out = self.sovctl(
             "operator",
             &[
                 "attest",
                 "--nonce-random",
+                "--out",
+                &evidence,
                 "--reference",
                 &reference,
                 "--enrollment-authority",

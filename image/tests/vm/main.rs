@@ -73,6 +73,11 @@ fn the_image_boots_attests_and_a_changed_command_line_is_caught() {
         second.contains("contraindicated") && second.contains("pcr.11"),
         "a changed command line must be caught by PCR 11:\n{second}"
     );
+    // And by what the firmware measured into PCR 4: another UKI than the manifest's.
+    assert!(
+        second.contains("efi.boot_applications"),
+        "the firmware started another UKI than the manifest's:\n{second}"
+    );
     assert!(
         vm.press_power_button(Duration::from_secs(120)),
         "the node must shut down cleanly when its power button is pressed:\n{}",
