@@ -288,7 +288,12 @@ pub fn open_or_create(
         Err(StateError::NoVolume { .. }) => (create::create(part, root, tpm_device, wait)?, true),
         mapped => (mapped?, false),
     };
-    mount_state(&mapped, root)?;
+    if let Err(e) = mount_state(&mapped, root) {
+        // The open volume, its key in the kernel, is of no use unmounted: the node powers off
+        // or the unit is retried, and either way the mapping must not outlive the failure.
+        unmap(Some(&mapped));
+        return Err(e);
+    }
     Ok((mapped, created))
 }
 
