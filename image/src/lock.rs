@@ -268,11 +268,15 @@ mod tests {
                 p.name
             );
         }
-        for name in spec.stub.install.iter() {
-            assert!(
-                lock.part(Part::Stub).any(|p| &p.name == name),
-                "{name} not locked"
-            );
+        // Every package asked for is locked (those excluded, such as the kernel's meta
+        // package, aside): a name added to packages.toml without `image lock` fails here.
+        for (part, asked) in [(Part::Image, &spec.image), (Part::Stub, &spec.stub)] {
+            for name in asked.install.iter().filter(|n| !asked.exclude.contains(n)) {
+                assert!(
+                    lock.part(part).any(|p| &p.name == name),
+                    "{name} is in packages.toml but not locked: run `cargo run -p image -- lock`"
+                );
+            }
         }
         assert!(lock
             .part(Part::Image)
