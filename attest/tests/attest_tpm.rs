@@ -26,7 +26,12 @@ fn node() -> NodeKey {
 }
 
 fn enrollment(tpm_ak: Option<Vec<u8>>) -> EnrollmentCertificate {
-    EnrollmentAuthority::from_seed(&[1; 32])
+    enrollment_by(&[1; 32], tpm_ak)
+}
+
+/// An enrollment issued by the authority of `seed` (the verifier trusts only `[1; 32]`'s).
+fn enrollment_by(seed: &[u8; 32], tpm_ak: Option<Vec<u8>>) -> EnrollmentCertificate {
+    EnrollmentAuthority::from_seed(seed)
         .issue(EnrollmentClaims {
             node_public_key: node().public_key(),
             node_name: "node-fra-01".into(),
@@ -321,18 +326,7 @@ fn evidence_with_a_quote_round_trips_and_refuses_oversized_quotes() {
 /// as it is, is not appraised, nothing it vouches for counts, and no image is named.
 #[test]
 fn an_unverified_enrollments_ak_vouches_for_nothing() {
-    let forged = EnrollmentAuthority::from_seed(&[9; 32])
-        .issue(EnrollmentClaims {
-            node_public_key: node().public_key(),
-            node_name: "node-fra-01".into(),
-            jurisdiction: "DE-HE".into(),
-            facility: "FRA1".into(),
-            not_before: NOW - 100,
-            not_after: NOW + 100,
-            authority_public_key: [0; 32],
-            tpm_ak: Some(ak().public_area()),
-        })
-        .unwrap();
+    let forged = enrollment_by(&[9; 32], Some(ak().public_area()));
     let quote = ak().quote(&NONCE, &PCRS);
     let v = verifier(&[("pcr.11", PCRS[2])]);
     let ar = appraise(&v, &evidence(forged, &[], Some(quote)));

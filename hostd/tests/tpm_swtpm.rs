@@ -14,6 +14,19 @@ use tpm::swtpm::Swtpm;
 
 const NOW: u64 = 1_800_000_000;
 
+/// The node's attester (node key `[2; 32]`, its key file in `dir`), enrolled with `ak`, quoting
+/// with `sw`.
+fn enrolled_attester(dir: &std::path::Path, sw: &Swtpm, ak: Option<Vec<u8>>) -> Attester {
+    let node = NodeKey::from_seed(&[2; 32]);
+    let enrollment = enrollment(&node, ak);
+    Attester::from_parts(
+        node,
+        dir.join("node.key"),
+        Some(enrollment),
+        Some(shared(sw)),
+    )
+}
+
 fn enrollment(node: &NodeKey, tpm_ak: Option<Vec<u8>>) -> EnrollmentCertificate {
     EnrollmentAuthority::from_seed(&[1; 32])
         .issue(EnrollmentClaims {
@@ -78,7 +91,6 @@ fn attest(attester: &Attester, v: &Verifier, nonce: [u8; 32]) -> AttestationResu
 fn evidence_with_a_swtpm_quote_is_appraised_by_pcr_11() {
     let dir = tempfile::tempdir().unwrap();
     let sw = Swtpm::start(dir.path()).unwrap();
-    let node = NodeKey::from_seed(&[2; 32]);
     let (ak, pcr11) = {
         let mut t = sw.connect().unwrap();
         (
@@ -86,12 +98,7 @@ fn evidence_with_a_swtpm_quote_is_appraised_by_pcr_11() {
             tpm::pcr_read(&mut t).unwrap()[&11],
         )
     };
-    let attester = Attester::from_parts(
-        NodeKey::from_seed(&[2; 32]),
-        dir.path().join("node.key"),
-        Some(enrollment(&node, Some(ak.clone()))),
-        Some(shared(&sw)),
-    );
+    let attester = enrolled_attester(dir.path(), &sw, Some(ak.clone()));
     let v = verifier(pcr11);
     let ar = attest(&attester, &v, [0x51; 32]);
     assert_eq!(ar.status(), Status::Affirming, "{:?}", ar.result.reasons);
@@ -99,12 +106,7 @@ fn evidence_with_a_swtpm_quote_is_appraised_by_pcr_11() {
     // The UKI changes: PCR 11 is extended (by another connection; swtpm serves one at a time).
     drop(attester);
     tpm::pcr_extend(&mut sw.connect().unwrap(), 11, &[0x99; 32]).unwrap();
-    let attester = Attester::from_parts(
-        NodeKey::from_seed(&[2; 32]),
-        dir.path().join("node.key"),
-        Some(enrollment(&node, Some(ak))),
-        Some(shared(&sw)),
-    );
+    let attester = enrolled_attester(dir.path(), &sw, Some(ak));
     let ar = attest(&attester, &v, [0x52; 32]);
     assert_eq!(ar.status(), Status::Contraindicated);
     let r = ar
@@ -125,17 +127,10 @@ fn evidence_with_a_swtpm_quote_is_appraised_by_pcr_11() {
 fn the_event_log_goes_with_the_quote() {
     let dir = tempfile::tempdir().unwrap();
     let sw = Swtpm::start(dir.path()).unwrap();
-    let node = NodeKey::from_seed(&[2; 32]);
     let ak = tpm::ak_public(&mut sw.connect().unwrap()).unwrap();
     let log = dir.path().join("binary_bios_measurements");
     std::fs::write(&log, b"a firmware's event log").unwrap();
-    let attester = Attester::from_parts(
-        NodeKey::from_seed(&[2; 32]),
-        dir.path().join("node.key"),
-        Some(enrollment(&node, Some(ak))),
-        Some(shared(&sw)),
-    )
-    .with_event_log(log.clone());
+    let attester = enrolled_attester(dir.path(), &sw, Some(ak)).with_event_log(log.clone());
     let evidence = |attester: &Attester| {
         attester
             .build_evidence([0x55; 32], NOW, BTreeMap::new(), vec![], vec![])
@@ -171,13 +166,7 @@ fn a_quote_by_another_tpm_than_the_enrolled_one_is_refused() {
     );
     let ak_a = tpm::ak_public(&mut sw_a.connect().unwrap()).unwrap();
     let pcr11 = tpm::pcr_read(&mut sw_b.connect().unwrap()).unwrap()[&11];
-    let node = NodeKey::from_seed(&[2; 32]);
-    let attester = Attester::from_parts(
-        NodeKey::from_seed(&[2; 32]),
-        dir_b.path().join("node.key"),
-        Some(enrollment(&node, Some(ak_a))),
-        Some(shared(&sw_b)),
-    );
+    let attester = enrolled_attester(dir_b.path(), &sw_b, Some(ak_a));
     let ar = attest(&attester, &verifier(pcr11), [0x54; 32]);
     assert_eq!(ar.status(), Status::Contraindicated);
     let codes: Vec<&str> = ar.result.reasons.iter().map(|r| r.code.as_str()).collect();
@@ -190,13 +179,7 @@ fn a_quote_from_a_tpm_the_enrollment_does_not_bind_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let sw = Swtpm::start(dir.path()).unwrap();
     let pcr11 = tpm::pcr_read(&mut sw.connect().unwrap()).unwrap()[&11];
-    let node = NodeKey::from_seed(&[2; 32]);
-    let attester = Attester::from_parts(
-        NodeKey::from_seed(&[2; 32]),
-        dir.path().join("node.key"),
-        Some(enrollment(&node, None)),
-        Some(shared(&sw)),
-    );
+    let attester = enrolled_attester(dir.path(), &sw, None);
     let ar = attest(&attester, &verifier(pcr11), [0x53; 32]);
     assert_eq!(ar.status(), Status::Contraindicated);
     let codes: Vec<&str> = ar.result.reasons.iter().map(|r| r.code.as_str()).collect();
@@ -232,13 +215,7 @@ fn a_tpm_that_stops_answering_leaves_a_note_and_the_verifier_misses_the_quote() 
     let dir = tempfile::tempdir().unwrap();
     let sw = Swtpm::start(dir.path()).unwrap();
     let ak = tpm::ak_public(&mut sw.connect().unwrap()).unwrap();
-    let node = NodeKey::from_seed(&[2; 32]);
-    let attester = Attester::from_parts(
-        NodeKey::from_seed(&[2; 32]),
-        dir.path().join("node.key"),
-        Some(enrollment(&node, Some(ak))),
-        Some(shared(&sw)),
-    );
+    let attester = enrolled_attester(dir.path(), &sw, Some(ak));
     drop(sw); // swtpm is killed: the connection breaks
     let nonce = [0x54; 32];
     let collected = attester
