@@ -5,6 +5,7 @@
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Mutex;
 
 const OUTPUTS: [&str; 5] = [
     "uki.efi",
@@ -13,6 +14,16 @@ const OUTPUTS: [&str; 5] = [
     "root.verity",
     "manifest.json",
 ];
+
+/// Held by each test while it builds: the tests share the package cache, and two `apt-get
+/// download`s into one folder at once trip over each other's partial files.
+static CACHE: Mutex<()> = Mutex::new(());
+
+fn cache_lock() -> std::sync::MutexGuard<'static, ()> {
+    CACHE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 /// Runs `image build` under the builder's `umask`, which must not reach the outputs.
 fn build(work: &Path, name: &str, epoch: &str, umask: &str, key: &Path, hostd: &Path) -> PathBuf {
@@ -49,6 +60,7 @@ fn digest(path: &Path) -> String {
 
 #[test]
 fn two_builds_are_byte_identical() {
+    let _cache = cache_lock();
     let work = tempfile::tempdir().expect("work");
     // Any program stands for hostd here: the build strips it, installs it and records its
     // digest.
@@ -88,6 +100,7 @@ fn two_builds_are_byte_identical() {
 /// left behind and a rerun into it can start.
 #[test]
 fn a_failed_build_leaves_its_folder_empty() {
+    let _cache = cache_lock();
     let work = tempfile::tempdir().expect("work");
     let key = work.path().join("release.key");
     std::fs::write(&key, format!("{}\n", "42".repeat(32))).expect("key");
