@@ -131,7 +131,7 @@ pub struct EvidenceClaims {
     pub measurements: BTreeMap<String, [u8; 32]>,
     /// One entry per GPU.
     pub submods: Vec<GpuClaims>,
-    /// The TPM's quote over PCRs 4, 7 and 11 answering `eat_nonce`, on nodes with a TPM.
+    /// The TPM's quote over PCRs 4, 7, 11 and 12 answering `eat_nonce`, on nodes with a TPM.
     /// Omitted when absent (documents from nodes without a TPM keep their exact bytes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tpm: Option<QuoteClaim>,

@@ -18,7 +18,8 @@
 //! * [`nvidia`] — NVIDIA SPDM attestation reports and their certificate chains; [`rim`] the
 //!   reference integrity manifests with golden measurements.
 //! * [`manifest`] — signed image manifests (reference measurements of the host image).
-//! * [`tpm`] — TPM 2.0 quotes over PCRs 4, 7 and 11, signed by an enrolled attestation key.
+//! * [`tpm`] — TPM 2.0 quotes over PCRs 4, 7, 11 and 12, signed by an enrolled attestation
+//!   key.
 //! * [`eventlog`] — the firmware's TCG event log: the EFI applications a quoted PCR 4 vouches for.
 //! * [`verifier`] — appraisal of evidence into signed EAR-style results ([`ear`]).
 //! * [`report`] — an error shown with its causes, as every crate of the workspace shows them.

@@ -12,7 +12,7 @@
 //!   a quote trustworthy: such a key refuses to sign data that *looks like* a TPMS_ATTEST
 //!   unless the TPM produced it.
 //! * [`verify_quote`] checks the signature over the TPMS_ATTEST bytes, that the quote answers
-//!   the expected nonce, that it covers exactly the SHA-256 bank PCRs 4, 7 and 11, and that its
+//!   the expected nonce, that it covers exactly the SHA-256 bank PCRs 4, 7, 11 and 12, and that its
 //!   PCR digest is SHA-256 of the PCR values carried alongside — and returns those values.
 //!
 //! Pure: no I/O; the node's TPM client (the `tpm` crate) produces the bytes. Parsers are
@@ -78,10 +78,10 @@ pub const AK_TEMPLATE_ATTRIBUTES: u32 = AK_REQUIRED_ATTRIBUTES | attr::USER_WITH
 /// The PCRs a quote must cover, in the order their values enter the PCR digest:
 /// 4 (boot loader and UKI as an EFI application), 7 (Secure Boot policy), 11 (the UKI's
 /// sections as systemd-stub measures them, predicted by the image build).
-pub const QUOTED_PCRS: [u8; 3] = [4, 7, 11];
+pub const QUOTED_PCRS: [u8; 4] = [4, 7, 11, 12];
 
 /// The TPML_PCR_SELECTION bitmap of [`QUOTED_PCRS`]: PCR n is bit n % 8 of byte n / 8.
-pub const QUOTED_PCR_BITMAP: [u8; 3] = [0x90, 0x08, 0x00];
+pub const QUOTED_PCR_BITMAP: [u8; 3] = [0x90, 0x18, 0x00];
 
 /// Upper bound on a marshalled TPMT_PUBLIC / TPMS_ATTEST / TPMT_SIGNATURE in evidence
 /// (a TPM's own buffers are at most a few KiB).
@@ -158,8 +158,8 @@ pub enum TpmError {
         /// The expected nonce.
         expected: [u8; 32],
     },
-    /// The quote covers other PCRs than SHA-256 {4, 7, 11}.
-    #[error("quote selects {got:?}, expected SHA-256 PCRs 4, 7, 11")]
+    /// The quote covers other PCRs than SHA-256 {4, 7, 11, 12}.
+    #[error("quote selects {got:?}, expected SHA-256 PCRs 4, 7, 11, 12")]
     PcrSelection {
         /// The selections found.
         got: Vec<PcrSelection>,
@@ -171,13 +171,13 @@ pub enum TpmError {
         hex::encode(quoted)
     )]
     PcrDigestMismatch {
-        /// SHA-256(pcr4 || pcr7 || pcr11) of the carried values.
+        /// SHA-256(pcr4 || pcr7 || pcr11 || pcr12) of the carried values.
         got: [u8; 32],
         /// The digest the TPM signed.
         quoted: Vec<u8>,
     },
-    /// The carried PCR values are not for exactly PCRs 4, 7 and 11.
-    #[error("carried PCR values for {got:?}, expected exactly 4, 7 and 11")]
+    /// The carried PCR values are not for exactly PCRs 4, 7, 11 and 12.
+    #[error("carried PCR values for {got:?}, expected exactly 4, 7, 11 and 12")]
     PcrSet {
         /// The keys carried, as sent.
         got: Vec<String>,
@@ -469,7 +469,7 @@ pub struct QuoteClaim {
     /// TPMT_SIGNATURE bytes.
     #[serde(with = "hex_bytes")]
     pub signature: Vec<u8>,
-    /// SHA-256 bank values of PCRs 4, 7 and 11, keyed by decimal index.
+    /// SHA-256 bank values of PCRs 4, 7, 11 and 12, keyed by decimal index.
     #[serde(with = "hex_bytes::digest_map")]
     pub pcrs: BTreeMap<String, [u8; 32]>,
     /// The firmware's TCG event log (Linux's `binary_bios_measurements`), where the node has
@@ -511,9 +511,9 @@ impl QuoteClaim {
         Ok(())
     }
 
-    /// The carried values in quote order (4, 7, 11).
-    fn ordered_values(&self) -> Result<[[u8; 32]; 3], TpmError> {
-        let mut out = [[0u8; 32]; 3];
+    /// The carried values in quote order (4, 7, 11, 12).
+    fn ordered_values(&self) -> Result<[[u8; 32]; QUOTED_PCRS.len()], TpmError> {
+        let mut out = [[0u8; 32]; QUOTED_PCRS.len()];
         for (slot, index) in out.iter_mut().zip(QUOTED_PCRS) {
             *slot = *self
                 .pcrs
@@ -529,8 +529,8 @@ impl QuoteClaim {
 /// The PCR values a verified quote vouches for, by PCR index.
 pub type VerifiedPcrs = BTreeMap<u8, [u8; 32]>;
 
-/// SHA-256(pcr4 || pcr7 || pcr11): the pcrDigest a TPM computes over [`QUOTED_PCRS`].
-pub fn pcr_digest(values: &[[u8; 32]; 3]) -> [u8; 32] {
+/// SHA-256(pcr4 || pcr7 || pcr11 || pcr12): the pcrDigest a TPM computes over [`QUOTED_PCRS`].
+pub fn pcr_digest(values: &[[u8; 32]; QUOTED_PCRS.len()]) -> [u8; 32] {
     let mut h = Sha256::new();
     for v in values {
         h.update(v);
@@ -539,7 +539,7 @@ pub fn pcr_digest(values: &[[u8; 32]; 3]) -> [u8; 32] {
 }
 
 /// Verify a quote: the AK's ECDSA P-256 signature over SHA-256 of the TPMS_ATTEST bytes,
-/// the nonce as extraData, the selection exactly SHA-256 {4, 7, 11}, and the PCR digest equal
+/// the nonce as extraData, the selection exactly SHA-256 {4, 7, 11, 12}, and the PCR digest equal
 /// to SHA-256 of the carried values. Returns the carried values, now vouched for by the TPM.
 ///
 /// The signature is checked first, so every later error is about TPM-signed content.

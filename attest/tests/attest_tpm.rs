@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 const NOW: u64 = 1_800_000_000;
 const NONCE: [u8; 32] = [0x42; 32];
-const PCRS: [[u8; 32]; 3] = [[4; 32], [7; 32], [11; 32]];
+const PCRS: [[u8; 32]; 4] = [[4; 32], [7; 32], [11; 32], [0; 32]];
 
 fn ak() -> SoftAk {
     SoftAk::from_seed(&[0x17; 32]).unwrap()
@@ -167,7 +167,7 @@ fn self_reported_pcr_values_never_satisfy_references() {
         "{detail}"
     );
     // A quote says otherwise: the self-reported matching value does not win.
-    let other = [PCRS[0], PCRS[1], [0x12; 32]];
+    let other = [PCRS[0], PCRS[1], [0x12; 32], PCRS[3]];
     let ar = appraise(
         &v,
         &evidence(
@@ -352,7 +352,7 @@ fn the_boot_applications_are_read_from_the_event_log_the_quote_vouches_for() {
             .event(4, APP, kernel, b"the kernel systemd-stub loads")
     };
     let quote_of = |log: &LogBuilder, event_log: Option<Vec<u8>>| {
-        let pcrs = [log.expected_pcr(4), PCRS[1], PCRS[2]];
+        let pcrs = [log.expected_pcr(4), PCRS[1], PCRS[2], PCRS[3]];
         let mut quote = ak().quote(&NONCE, &pcrs);
         quote.event_log = event_log;
         quote

@@ -14,7 +14,7 @@
 //!   is absent or unreadable is omitted, never fatal: the omission is listed in the answer's
 //!   `measurement_notes` (and logged once), and a verifier whose reference values list it
 //!   reports `measurement-missing`;
-//! * with a TPM (`[attestation] tpm`), a TPM 2.0 quote over PCRs 4, 7 and 11 answering the
+//! * with a TPM (`[attestation] tpm`), a TPM 2.0 quote over PCRs 4, 7, 11 and 12 answering the
 //!   nonce, signed by the TPM's attestation key (the `tpm` crate). PCR values read from sysfs
 //!   are not sent: they would be the node's own say-so, and verifiers ignore them;
 //! * one submodule per healthy GPU, with the NVIDIA SPDM report over the *derived* nonce

@@ -738,9 +738,9 @@ fn sha256(data: &[u8]) -> [u8; 32] {
     Sha256::digest(data).into()
 }
 
-/// The reference manifest: what a verifier appraises (`pcr.11` after the `ready` phase, the
-/// EFI applications the firmware starts, the hostd binary) and, for people, what those are
-/// made of.
+/// The reference manifest: what a verifier appraises (`pcr.11` after the `ready` phase, `pcr.12`
+/// at zero, the EFI applications the firmware starts, the hostd binary) and, for people, what
+/// those are made of.
 fn manifest(
     spec: &BuildSpec,
     sections: &[(Section, &[u8])],
@@ -751,6 +751,10 @@ fn manifest(
     let [.., ready] = predict_pcr11(sections);
     let mut measurements = BTreeMap::new();
     measurements.insert("pcr.11".to_owned(), ready.pcr11);
+    // Nothing of this image extends PCR 12: systemd-stub measures there only a command line
+    // given in place of the UKI's (which it takes when Secure Boot is off), credentials and
+    // system extensions, none of which the image has. Zero is its value on every boot of it.
+    measurements.insert("pcr.12".to_owned(), [0u8; 32]);
     measurements.insert("hostd".to_owned(), hostd);
     let mut components = BTreeMap::new();
     for (s, data) in sections {

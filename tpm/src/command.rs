@@ -334,7 +334,7 @@ pub fn lockout<T: Transport + ?Sized>(t: &mut T) -> Result<Lockout, TpmError> {
     })
 }
 
-/// TPM2_PCR_Read of the SHA-256 bank's PCRs 4, 7 and 11, by index.
+/// TPM2_PCR_Read of the SHA-256 bank's PCRs 4, 7, 11 and 12, by index.
 pub fn pcr_read<T: Transport + ?Sized>(t: &mut T) -> Result<BTreeMap<u8, [u8; 32]>, TpmError> {
     let cmd = Command {
         name: "TPM2_PCR_Read",
@@ -393,7 +393,7 @@ pub fn pcr_extend<T: Transport + ?Sized>(
 }
 
 /// TPM2_Quote with the loaded AK `handle`: qualifyingData = `nonce`, the key's own scheme,
-/// PCRs 4, 7, 11 of the SHA-256 bank. Returns (TPMS_ATTEST bytes, TPMT_SIGNATURE bytes).
+/// PCRs 4, 7, 11 and 12 of the SHA-256 bank. Returns (TPMS_ATTEST bytes, TPMT_SIGNATURE bytes).
 fn tpm_quote<T: Transport + ?Sized>(
     t: &mut T,
     handle: u32,

@@ -1,7 +1,7 @@
 //! # tpm — the node's TPM 2.0 client
 //!
 //! hostd proves what booted with a TPM 2.0 quote: the TPM signs, with an attestation key (AK)
-//! that never leaves it, a digest of PCRs 4, 7 and 11 together with the verifier's nonce.
+//! that never leaves it, a digest of PCRs 4, 7, 11 and 12 together with the verifier's nonce.
 //! This crate speaks just enough of the TPM 2.0 command protocol (TPM 2.0 Library, Part 3) to
 //! produce that, over a [`Transport`]: the kernel's resource-managed device `/dev/tpmrm0`
 //! ([`Device`]) or a software TPM's socket ([`SwtpmSocket`]).

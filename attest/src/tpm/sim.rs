@@ -28,8 +28,8 @@ pub struct QuoteFields {
 }
 
 impl QuoteFields {
-    /// What a TPM would produce for `nonce` over PCRs 4, 7, 11 holding `pcrs`.
-    pub fn honest(nonce: &[u8], pcrs: &[[u8; 32]; 3]) -> Self {
+    /// What a TPM would produce for `nonce` over PCRs 4, 7, 11, 12 holding `pcrs`.
+    pub fn honest(nonce: &[u8], pcrs: &[[u8; 32]; QUOTED_PCRS.len()]) -> Self {
         Self {
             magic: TPM_GENERATED_VALUE,
             st: TPM_ST_ATTEST_QUOTE,
@@ -93,8 +93,12 @@ impl SoftAk {
         marshal_signature(&sig.to_bytes())
     }
 
-    /// A quote over `fields`, carrying `pcrs` as the values of PCRs 4, 7, 11.
-    pub fn quote_with(&self, fields: &QuoteFields, pcrs: &[[u8; 32]; 3]) -> QuoteClaim {
+    /// A quote over `fields`, carrying `pcrs` as the values of PCRs 4, 7, 11, 12.
+    pub fn quote_with(
+        &self,
+        fields: &QuoteFields,
+        pcrs: &[[u8; 32]; QUOTED_PCRS.len()],
+    ) -> QuoteClaim {
         let attest = fields.marshal();
         QuoteClaim {
             signature: self.sign(&attest),
@@ -109,7 +113,7 @@ impl SoftAk {
     }
 
     /// An honest quote for `nonce` over `pcrs`.
-    pub fn quote(&self, nonce: &[u8; 32], pcrs: &[[u8; 32]; 3]) -> QuoteClaim {
+    pub fn quote(&self, nonce: &[u8; 32], pcrs: &[[u8; 32]; QUOTED_PCRS.len()]) -> QuoteClaim {
         self.quote_with(&QuoteFields::honest(nonce, pcrs), pcrs)
     }
 }

@@ -3,7 +3,7 @@ use super::*;
 use proptest::prelude::*;
 
 const NONCE: [u8; 32] = [0x42; 32];
-const PCRS: [[u8; 32]; 3] = [[4; 32], [7; 32], [11; 32]];
+const PCRS: [[u8; 32]; 4] = [[4; 32], [7; 32], [11; 32], [0; 32]];
 
 fn ak() -> SoftAk {
     SoftAk::from_seed(&[0x17; 32]).expect("valid scalar")
@@ -17,10 +17,11 @@ fn verify(claim: &QuoteClaim) -> Result<VerifiedPcrs, TpmError> {
 #[test]
 fn an_honest_quote_verifies_and_returns_the_pcr_values() {
     let got = verify(&ak().quote(&NONCE, &PCRS)).unwrap();
-    assert_eq!(got.len(), 3);
+    assert_eq!(got.len(), 4);
     assert_eq!(got[&4], [4; 32]);
     assert_eq!(got[&7], [7; 32]);
     assert_eq!(got[&11], [11; 32]);
+    assert_eq!(got[&12], [0; 32]);
 }
 
 #[test]
@@ -29,7 +30,7 @@ fn the_template_and_selection_are_the_documented_bytes() {
         hex::encode(ak_template()),
         "0023000b00050472000000100018000b000300100000 0000".replace(' ', "")
     );
-    assert_eq!(hex::encode(quoted_pcr_selection()), "00000001000b03900800");
+    assert_eq!(hex::encode(quoted_pcr_selection()), "00000001000b03901800");
 }
 
 #[test]
@@ -89,7 +90,7 @@ fn changed_pcr_values_fail_the_digest_with_both_digests() {
     match verify(&claim) {
         Err(TpmError::PcrDigestMismatch { got, quoted }) => {
             assert_eq!(quoted, pcr_digest(&PCRS));
-            assert_eq!(got, pcr_digest(&[[4; 32], [7; 32], [0xee; 32]]));
+            assert_eq!(got, pcr_digest(&[[4; 32], [7; 32], [0xee; 32], [0; 32]]));
         }
         other => panic!("{other:?}"),
     }
@@ -107,13 +108,15 @@ fn other_pcr_selections_are_refused() {
         out
     };
     for selection in [
-        sel(1, &[(TPM_ALG_SHA256, &[0x90, 0x08])]),
+        sel(1, &[(TPM_ALG_SHA256, &[0x90, 0x18])]),
         sel(1, &[(TPM_ALG_SHA256, &[0x90, 0x00, 0x00])]),
-        sel(1, &[(TPM_ALG_SHA256, &[0x91, 0x08, 0x00])]),
-        sel(1, &[(0x0004, &[0x90, 0x08, 0x00])]),
+        // PCRs 4, 7 and 11 without 12: the quotes before PCR 12 was added.
+        sel(1, &[(TPM_ALG_SHA256, &[0x90, 0x08, 0x00])]),
+        sel(1, &[(TPM_ALG_SHA256, &[0x91, 0x18, 0x00])]),
+        sel(1, &[(0x0004, &[0x90, 0x18, 0x00])]),
         sel(
             2,
-            &[(TPM_ALG_SHA256, &[0x90, 0x08, 0x00]), (0x0004, &[0, 0, 0])],
+            &[(TPM_ALG_SHA256, &[0x90, 0x18, 0x00]), (0x0004, &[0, 0, 0])],
         ),
         sel(0, &[]),
     ] {
@@ -159,7 +162,7 @@ fn wrong_magic_and_type_are_refused_even_when_signed() {
 }
 
 #[test]
-fn carried_pcr_sets_other_than_4_7_11_are_refused() {
+fn carried_pcr_sets_other_than_4_7_11_12_are_refused() {
     let mut claim = ak().quote(&NONCE, &PCRS);
     claim.pcrs.insert("0".into(), [0; 32]);
     assert!(matches!(verify(&claim), Err(TpmError::PcrSet { .. })));
