@@ -389,3 +389,22 @@ fn the_boot_applications_are_read_from_the_event_log_the_quote_vouches_for() {
     let ar = run(quote_of(&chain, Some(chain.build())));
     reason(&ar, "measurement-mismatch", "executables");
 }
+
+/// A command line given in place of the UKI's leaves PCR 11 as the image's but PCR 12 not
+/// zero: the manifest's `pcr.12` of zero catches it.
+#[test]
+fn a_substituted_command_line_shows_in_pcr_12() {
+    let v = verifier(&[("pcr.11", PCRS[2]), ("pcr.12", [0; 32])]);
+    let ar = appraise(
+        &v,
+        &evidence(with_ak(), &[], Some(ak().quote(&NONCE, &PCRS))),
+    );
+    assert_eq!(ar.status(), Status::Affirming, "{:?}", ar.result.reasons);
+    let overridden = [PCRS[0], PCRS[1], PCRS[2], [0x12; 32]];
+    let ar = appraise(
+        &v,
+        &evidence(with_ak(), &[], Some(ak().quote(&NONCE, &overridden))),
+    );
+    let detail = reason(&ar, "measurement-mismatch", "executables");
+    assert!(detail.starts_with("pcr.12:"), "{detail}");
+}
