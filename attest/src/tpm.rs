@@ -484,8 +484,9 @@ pub struct QuoteClaim {
     pub event_log: Option<Vec<u8>>,
 }
 
-/// The largest event log evidence may carry (a server's firmware writes tens of KiB).
-pub const MAX_EVENT_LOG_BYTES: usize = 1 << 20;
+/// The largest event log evidence may carry: the parser's own bound, so a log the evidence
+/// accepts is one the verifier reads.
+pub const MAX_EVENT_LOG_BYTES: usize = crate::eventlog::MAX_LOG_BYTES;
 
 impl QuoteClaim {
     /// Size bounds and the exact PCR set, without cryptography.
