@@ -101,6 +101,7 @@ fn evidence(s: &Setup, nonce: [u8; 32], gpus: usize) -> Vec<u8> {
     let enrollment =
         s.ea.issue(EnrollmentClaims {
             tpm_ak: None,
+            tpm_ek_certificate_sha256: None,
             node_public_key: s.node.public_key(),
             node_name: "node-fra-01".into(),
             jurisdiction: "DE".into(),

@@ -775,6 +775,35 @@ pub mod hex_bytes {
         }
     }
 
+    /// Optional fixed-size arrays, with the same use as [`option`].
+    pub mod option_array {
+        use serde::{de::Error, Deserialize, Deserializer, Serializer};
+
+        /// Serialize `Some([u8; N])` as lowercase hex (`None` as `null`, normally skipped).
+        pub fn serialize<S: Serializer, const N: usize>(
+            v: &Option<[u8; N]>,
+            s: S,
+        ) -> Result<S::Ok, S::Error> {
+            match v {
+                Some(bytes) => s.serialize_str(&hex::encode(bytes)),
+                None => s.serialize_none(),
+            }
+        }
+
+        /// Deserialize an optional lowercase hex string of exactly `2N` digits.
+        pub fn deserialize<'de, D: Deserializer<'de>, const N: usize>(
+            d: D,
+        ) -> Result<Option<[u8; N]>, D::Error> {
+            let Some(s) = Option::<String>::deserialize(d)? else {
+                return Ok(None);
+            };
+            let v = super::parse(&s).map_err(|e| D::Error::custom(crate::report::report(&e)))?;
+            <[u8; N]>::try_from(v.as_slice())
+                .map(Some)
+                .map_err(|_| D::Error::custom(format!("expected {N} bytes, got {}", v.len())))
+        }
+    }
+
     /// Maps whose values are 32-byte digests.
     pub mod digest_map {
         use serde::{de::Error, ser::SerializeMap, Deserialize, Deserializer, Serializer};

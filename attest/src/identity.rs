@@ -141,6 +141,17 @@ pub struct EnrollmentClaims {
         with = "hex_bytes::option"
     )]
     pub tpm_ak: Option<Vec<u8>>,
+    /// SHA-256 of the DER EK certificate of the TPM that holds `tpm_ak`, when the authority
+    /// checked it (`sovctl attest tpm-challenge`): the certificate verified up to a TPM maker's
+    /// root, and the TPM proved with TPM2_ActivateCredential that the AK sits beside that EK
+    /// (`attest::tpm::ek`). Absent, the AK is the operator's word alone. It names the TPM in
+    /// the record; verifiers do not need it to check quotes. Omitted when absent.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "hex_bytes::option_array"
+    )]
+    pub tpm_ek_certificate_sha256: Option<[u8; 32]>,
 }
 
 impl EnrollmentClaims {
@@ -155,6 +166,12 @@ impl EnrollmentClaims {
         check_jurisdiction(&self.jurisdiction).map_err(|r| bad("jurisdiction", r))?;
         if self.not_after < self.not_before {
             return Err(bad("not_after", "before not_before"));
+        }
+        if self.tpm_ek_certificate_sha256.is_some() && self.tpm_ak.is_none() {
+            return Err(bad(
+                "tpm_ek_certificate_sha256",
+                "names an EK certificate without an attestation key (tpm_ak)",
+            ));
         }
         if let Some(ak) = &self.tpm_ak {
             crate::tpm::AkPublic::parse(ak).map_err(|e| IdentityError::InvalidField {

@@ -631,6 +631,10 @@ pub fn put_tpm2b(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(&bytes[..n]);
 }
 
+pub mod credential;
+pub mod ek;
+pub mod kdf;
+
 #[cfg(feature = "sim")]
 pub mod sim;
 

@@ -11,6 +11,7 @@ fn example() -> (NodeKey, attest::identity::EnrollmentCertificate, Vec<u8>) {
     let cert = ea
         .issue(EnrollmentClaims {
             tpm_ak: None,
+            tpm_ek_certificate_sha256: None,
             node_public_key: node.public_key(),
             node_name: "node-fra-01".into(),
             jurisdiction: "DE-HE".into(),

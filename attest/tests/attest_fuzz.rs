@@ -149,6 +149,7 @@ fn valid_evidence() -> (Verifier, Vec<u8>) {
     let enrollment = ea
         .issue(EnrollmentClaims {
             tpm_ak: None,
+            tpm_ek_certificate_sha256: None,
             node_public_key: node.public_key(),
             node_name: "n1".into(),
             jurisdiction: "FR".into(),

@@ -41,6 +41,7 @@ fn enrollment_by(seed: &[u8; 32], tpm_ak: Option<Vec<u8>>) -> EnrollmentCertific
             not_after: NOW + 100,
             authority_public_key: [0; 32],
             tpm_ak,
+            tpm_ek_certificate_sha256: None,
         })
         .unwrap()
 }
@@ -275,6 +276,7 @@ fn enrollment_refuses_an_ak_outside_the_profile() {
     let err = EnrollmentAuthority::from_seed(&[1; 32])
         .issue(EnrollmentClaims {
             tpm_ak: Some(unrestricted),
+            tpm_ek_certificate_sha256: None,
             ..enrollment(None).claims
         })
         .unwrap_err();
@@ -407,4 +409,39 @@ fn a_substituted_command_line_shows_in_pcr_12() {
     );
     let detail = reason(&ar, "measurement-mismatch", "executables");
     assert!(detail.starts_with("pcr.12:"), "{detail}");
+}
+
+/// An enrollment that names the checked EK certificate keeps it through its encoding, and the
+/// name is refused without an AK to go with it.
+#[test]
+fn an_ek_certificate_digest_is_kept_and_needs_an_ak() {
+    let claims = |tpm_ak: Option<Vec<u8>>| EnrollmentClaims {
+        node_public_key: node().public_key(),
+        node_name: "node-fra-01".into(),
+        jurisdiction: "DE-HE".into(),
+        facility: "FRA1".into(),
+        not_before: NOW - 100,
+        not_after: NOW + 100,
+        authority_public_key: [0; 32],
+        tpm_ak,
+        tpm_ek_certificate_sha256: Some([0x5e; 32]),
+    };
+    let authority = EnrollmentAuthority::from_seed(&[1; 32]);
+    let cert = authority.issue(claims(Some(ak().public_area()))).unwrap();
+    let bytes = cert.to_bytes().unwrap();
+    let text = String::from_utf8(bytes.clone()).unwrap();
+    assert!(
+        text.contains(&format!(
+            "\"tpm_ek_certificate_sha256\":\"{}\"",
+            "5e".repeat(32)
+        )),
+        "{text}"
+    );
+    let back = EnrollmentCertificate::from_bytes(&bytes).unwrap();
+    assert_eq!(back.claims.tpm_ek_certificate_sha256, Some([0x5e; 32]));
+    let err = authority.issue(claims(None)).unwrap_err();
+    assert!(
+        err.to_string().contains("tpm_ek_certificate_sha256"),
+        "{err}"
+    );
 }

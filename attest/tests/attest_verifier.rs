@@ -105,6 +105,7 @@ fn signed_rim(signer: &SimRimSigner, at: u64, xml: &str) -> Rim {
 fn enrollment_claims(node: &NodeKey, not_before: u64, not_after: u64) -> EnrollmentClaims {
     EnrollmentClaims {
         tpm_ak: None,
+        tpm_ek_certificate_sha256: None,
         node_public_key: node.public_key(),
         node_name: "node-fra-01".into(),
         jurisdiction: "DE-HE".into(),

@@ -674,6 +674,7 @@ mod tests {
         let ca = attest::identity::EnrollmentAuthority::from_seed(&[1u8; 32]);
         let claims = |pk: [u8; 32]| attest::identity::EnrollmentClaims {
             tpm_ak: None,
+            tpm_ek_certificate_sha256: None,
             node_public_key: pk,
             node_name: "n".into(),
             jurisdiction: "IN-TG".into(),

@@ -115,9 +115,9 @@ pub fn run_recover(args: RecoverArgs) -> ExitCode {
     }
 }
 
-/// `hostd tpm-ak [--device PATH | --swtpm-socket PATH]`.
+/// Which TPM the `hostd tpm-*` commands use: `[--device PATH | --swtpm-socket PATH]`.
 #[derive(Debug, clap::Args)]
-pub struct TpmAkArgs {
+pub struct TpmArgs {
     /// The TPM device (default /dev/tpmrm0).
     #[arg(long)]
     pub device: Option<PathBuf>,
@@ -126,23 +126,37 @@ pub struct TpmAkArgs {
     pub swtpm_socket: Option<PathBuf>,
 }
 
-/// Prints the TPM's attestation key (TPMT_PUBLIC, hex, one line) for the operator's
-/// enrollment (`sovctl attest enroll --tpm-ak`): exit 0, or 1 with the TPM's error.
-pub fn run_tpm_ak(args: TpmAkArgs) -> ExitCode {
-    let result = match &args.swtpm_socket {
-        Some(socket) => tpm::SwtpmSocket::connect(socket, Duration::from_secs(30))
-            .and_then(|mut t| tpm::ak_public(&mut t)),
-        None => {
-            let device = args
-                .device
-                .clone()
-                .unwrap_or_else(|| PathBuf::from(tpm::DEFAULT_DEVICE));
-            tpm::Device::open(&device).and_then(|mut t| tpm::ak_public(&mut t))
+impl TpmArgs {
+    /// Runs `f` on a connection to the chosen TPM.
+    fn with<R>(
+        &self,
+        f: impl FnOnce(&mut dyn tpm::Transport) -> Result<R, tpm::TpmError>,
+    ) -> Result<R, tpm::TpmError> {
+        match &self.swtpm_socket {
+            Some(socket) => {
+                let mut t = tpm::SwtpmSocket::connect(socket, Duration::from_secs(30))?;
+                f(&mut t)
+            }
+            None => {
+                let device = self
+                    .device
+                    .clone()
+                    .unwrap_or_else(|| PathBuf::from(tpm::DEFAULT_DEVICE));
+                let mut t = tpm::Device::open(&device)?;
+                f(&mut t)
+            }
         }
-    };
+    }
+}
+
+/// Prints `result`'s value with `print` (exit 0), or its error (exit 1).
+fn finish<R, E: std::error::Error + 'static>(
+    result: Result<R, E>,
+    print: impl FnOnce(R),
+) -> ExitCode {
     match result {
-        Ok(public) => {
-            println!("{}", hex::encode(public));
+        Ok(value) => {
+            print(value);
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -150,4 +164,80 @@ pub fn run_tpm_ak(args: TpmAkArgs) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// Prints the TPM's attestation key (TPMT_PUBLIC, hex, one line) for the operator's
+/// enrollment (`sovctl attest enroll --tpm-ak`): exit 0, or 1 with the TPM's error.
+pub fn run_tpm_ak(args: TpmArgs) -> ExitCode {
+    finish(args.with(|t| tpm::ak_public(t)), |public| {
+        println!("{}", hex::encode(public))
+    })
+}
+
+/// Prints the TPM's identity for an enrollment anchored in its maker's EK certificate
+/// (`sovctl attest tpm-challenge --identity`): one line of JSON with the AK, the EK and the EK
+/// certificate. Exit 1 with the TPM's error, or if the TPM holds no EK certificate.
+pub fn run_tpm_identity(args: TpmArgs) -> ExitCode {
+    finish(args.with(|t| tpm::endorsement::identity(t)), |id| {
+        // A struct of three byte strings always serializes.
+        println!("{}", serde_json::to_string(&id).unwrap_or_default())
+    })
+}
+
+/// `hostd tpm-activate --challenge FILE [--device PATH | --swtpm-socket PATH]`.
+#[derive(Debug, clap::Args)]
+pub struct TpmActivateArgs {
+    /// The enroller's challenge (`sovctl attest tpm-challenge --out`), JSON.
+    #[arg(long)]
+    pub challenge: PathBuf,
+    #[command(flatten)]
+    pub tpm: TpmArgs,
+}
+
+/// Why `hostd tpm-activate` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ActivateError {
+    /// The challenge file could not be read.
+    #[error("reading the challenge {path}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The challenge is not the JSON `sovctl attest tpm-challenge` writes.
+    #[error("the challenge {path} is not a credential challenge")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The TPM refused it (made for another TPM or another key) or failed.
+    #[error("the TPM did not release the challenge's secret")]
+    Tpm(#[source] tpm::TpmError),
+}
+
+/// TPM2_ActivateCredential of the enroller's challenge; prints the secret it releases (hex),
+/// which is the answer the enroller checks (`sovctl attest enroll --tpm-answer`).
+pub fn run_tpm_activate(args: TpmActivateArgs) -> ExitCode {
+    finish(activate(&args), |secret| {
+        println!("{}", hex::encode(&secret[..]))
+    })
+}
+
+fn activate(args: &TpmActivateArgs) -> Result<zeroize::Zeroizing<Vec<u8>>, ActivateError> {
+    let path = &args.challenge;
+    let text = std::fs::read(path).map_err(|source| ActivateError::Read {
+        path: path.clone(),
+        source,
+    })?;
+    let challenge: attest::tpm::credential::Challenge =
+        serde_json::from_slice(&text).map_err(|source| ActivateError::Parse {
+            path: path.clone(),
+            source,
+        })?;
+    args.tpm
+        .with(|t| tpm::endorsement::activate_credential(t, &challenge))
+        .map_err(ActivateError::Tpm)
 }

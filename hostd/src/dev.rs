@@ -242,6 +242,7 @@ fn prepare_attestation(dir: &Path, cfg: &Config) -> Result<()> {
     let cert = authority
         .issue(EnrollmentClaims {
             tpm_ak: None,
+            tpm_ek_certificate_sha256: None,
             node_public_key: node_key.public_key(),
             node_name: cfg.node.name.clone(),
             jurisdiction: cfg.node.jurisdiction.clone(),

@@ -38,6 +38,7 @@ fn enrollment(node: &NodeKey, tpm_ak: Option<Vec<u8>>) -> EnrollmentCertificate 
             not_after: NOW + 60,
             authority_public_key: [0; 32],
             tpm_ak,
+            tpm_ek_certificate_sha256: None,
         })
         .unwrap()
 }

@@ -20,7 +20,7 @@ const TPM_CAP_TPM_PROPERTIES: u32 = 6;
 /// TPM_PT_LOCKOUT_COUNTER; TPM_PT_MAX_AUTH_FAIL, TPM_PT_LOCKOUT_INTERVAL and
 /// TPM_PT_LOCKOUT_RECOVERY follow it.
 const TPM_PT_LOCKOUT_COUNTER: u32 = 0x0000_020e;
-const TPM_RH_ENDORSEMENT: u32 = 0x4000_000b;
+pub(crate) const TPM_RH_ENDORSEMENT: u32 = 0x4000_000b;
 /// The password "session": authorization with a (here empty) password, no HMAC.
 const TPM_RS_PW: u32 = 0x4000_0009;
 /// TPM_RC_YIELDED, TPM_RC_TESTING, TPM_RC_RETRY.
@@ -39,6 +39,9 @@ pub(crate) enum Auth {
     Password,
     /// A policy session, whose policy the TPM checks against the object's.
     Policy(u32),
+    /// Two authorized handles: the first with the empty password, the second in a policy
+    /// session (TPM2_ActivateCredential: the AK, then the EK under its policy).
+    PasswordThenPolicy(u32),
     /// A salted session's authorization ([`crate::session::SaltedSession::authorize`]).
     Hmac {
         handle: u32,
@@ -70,7 +73,7 @@ impl Command {
     fn marshal(&self) -> Vec<u8> {
         let tag = match self.auth {
             Auth::None => TPM_ST_NO_SESSIONS,
-            Auth::Password | Auth::Policy(_) | Auth::Hmac { .. } => TPM_ST_SESSIONS,
+            _ => TPM_ST_SESSIONS,
         };
         let mut out = Vec::with_capacity(32 + self.params.len());
         out.extend_from_slice(&tag.to_be_bytes());
@@ -79,32 +82,46 @@ impl Command {
         for h in &self.handles {
             out.extend_from_slice(&h.to_be_bytes());
         }
-        // TPMS_AUTH_COMMAND: handle, nonce, attributes, password or HMAC. The password and
-        // unsalted policy sessions have an empty nonce, attributes 0 (a policy session ends
-        // with the command) and an empty password or HMAC (a policy of PCRs alone needs none).
-        let session = match &self.auth {
-            Auth::None => None,
-            Auth::Password => Some((TPM_RS_PW, &[][..], 0, &[][..])),
-            Auth::Policy(handle) => Some((*handle, &[][..], 0, &[][..])),
-            Auth::Hmac {
-                handle,
-                nonce,
-                attributes,
-                hmac,
-            } => Some((*handle, &nonce[..], *attributes, &hmac[..])),
-        };
-        if let Some((handle, nonce, attributes, hmac)) = session {
-            let size = 4 + 2 + nonce.len() + 1 + 2 + hmac.len();
+        let sessions = self.sessions();
+        if !sessions.is_empty() {
+            let size: usize = sessions
+                .iter()
+                .map(|(_, nonce, _, hmac)| 4 + 2 + nonce.len() + 1 + 2 + hmac.len())
+                .sum();
             out.extend_from_slice(&(size as u32).to_be_bytes());
-            out.extend_from_slice(&handle.to_be_bytes());
-            put_tpm2b(&mut out, nonce);
-            out.push(attributes);
-            put_tpm2b(&mut out, hmac);
+            for (handle, nonce, attributes, hmac) in sessions {
+                out.extend_from_slice(&handle.to_be_bytes());
+                put_tpm2b(&mut out, nonce);
+                out.push(attributes);
+                put_tpm2b(&mut out, hmac);
+            }
         }
         out.extend_from_slice(&self.params);
         let size = (out.len() as u32).to_be_bytes();
         out[2..6].copy_from_slice(&size);
         out
+    }
+
+    /// The TPMS_AUTH_COMMANDs, in handle order: (session handle, nonce, attributes, password
+    /// or HMAC). The password and unsalted policy sessions have an empty nonce, attributes 0
+    /// (a policy session ends with the command) and an empty password or HMAC (the policies
+    /// used here, of PCRs or of a hierarchy's secret, need none).
+    fn sessions(&self) -> Vec<(u32, &[u8], u8, &[u8])> {
+        match &self.auth {
+            Auth::None => vec![],
+            Auth::Password => vec![(TPM_RS_PW, &[][..], 0, &[][..])],
+            Auth::Policy(handle) => vec![(*handle, &[][..], 0, &[][..])],
+            Auth::PasswordThenPolicy(handle) => vec![
+                (TPM_RS_PW, &[][..], 0, &[][..]),
+                (*handle, &[][..], 0, &[][..]),
+            ],
+            Auth::Hmac {
+                handle,
+                nonce,
+                attributes,
+                hmac,
+            } => vec![(*handle, &nonce[..], *attributes, &hmac[..])],
+        }
     }
 
     /// Send, check the response code, and return (response handles, parameter bytes).
@@ -299,9 +316,35 @@ pub struct Lockout {
 
 /// TPM2_GetCapability of the dictionary-attack properties.
 pub fn lockout<T: Transport + ?Sized>(t: &mut T) -> Result<Lockout, TpmError> {
+    let values = properties(t, TPM_PT_LOCKOUT_COUNTER, 4)?;
+    let value = |offset: u32| {
+        values
+            .get(&(TPM_PT_LOCKOUT_COUNTER + offset))
+            .copied()
+            .ok_or_else(|| TpmError::Malformed {
+                command: "TPM2_GetCapability",
+                reason: format!("no TPM_PT_LOCKOUT property +{offset}"),
+            })
+    };
+    Ok(Lockout {
+        failed_tries: value(0)?,
+        max_tries: value(1)?,
+        interval: value(2)?,
+        recovery: value(3)?,
+    })
+}
+
+/// TPM2_GetCapability of up to `count` (at most 8) fixed or variable TPM properties from
+/// `first`, by property.
+pub(crate) fn properties<T: Transport + ?Sized>(
+    t: &mut T,
+    first: u32,
+    count: u32,
+) -> Result<BTreeMap<u32, u32>, TpmError> {
+    let count = count.min(8);
     let mut params = TPM_CAP_TPM_PROPERTIES.to_be_bytes().to_vec();
-    params.extend_from_slice(&TPM_PT_LOCKOUT_COUNTER.to_be_bytes());
-    params.extend_from_slice(&4u32.to_be_bytes());
+    params.extend_from_slice(&first.to_be_bytes());
+    params.extend_from_slice(&count.to_be_bytes());
     let cmd = Command {
         name: "TPM2_GetCapability",
         code: TPM_CC_GET_CAPABILITY,
@@ -314,24 +357,13 @@ pub fn lockout<T: Transport + ?Sized>(t: &mut T) -> Result<Lockout, TpmError> {
     let mut r = Reader::new(&params);
     r.u8("moreData").map_err(parse)?;
     r.u32("capability").map_err(parse)?;
-    let count = r.u32("TPML_TAGGED_TPM_PROPERTY.count").map_err(parse)?;
+    let returned = r.u32("TPML_TAGGED_TPM_PROPERTY.count").map_err(parse)?;
     let mut values = BTreeMap::new();
-    for _ in 0..count.min(4) {
+    for _ in 0..returned.min(count) {
         let property = r.u32("property").map_err(parse)?;
         values.insert(property, r.u32("value").map_err(parse)?);
     }
-    let value = |offset: u32| {
-        values
-            .get(&(TPM_PT_LOCKOUT_COUNTER + offset))
-            .copied()
-            .ok_or_else(|| cmd.malformed(format!("no TPM_PT_LOCKOUT property +{offset}")))
-    };
-    Ok(Lockout {
-        failed_tries: value(0)?,
-        max_tries: value(1)?,
-        interval: value(2)?,
-        recovery: value(3)?,
-    })
+    Ok(values)
 }
 
 /// TPM2_PCR_Read of the SHA-256 bank's PCRs 4, 7, 11 and 12, by index.

@@ -22,6 +22,7 @@
 //! bounds-checked reader. Every call is blocking: async callers run it on a blocking thread.
 
 mod command;
+pub mod endorsement;
 pub mod seal;
 mod session;
 #[cfg(feature = "swtpm")]
@@ -103,6 +104,23 @@ pub enum TpmError {
     /// The operating system's random generator failed (`None`: it gave no valid P-256 key).
     #[error("the random generator failed")]
     Random(#[source] Option<rand_core::Error>),
+    /// The TPM's endorsement key or its certificate is not what the enroller accepts.
+    #[error("{what}")]
+    Endorsement {
+        /// What was read.
+        what: &'static str,
+        /// Why it is refused.
+        source: attest::tpm::ek::EkError,
+    },
+    /// The TPM holds no EK certificate: nothing vouches that it is a genuine TPM.
+    #[error(
+        "the TPM has no EK certificate at NV index {index:#010x} (its maker's certificate is \
+         what vouches for it; a software TPM needs swtpm_setup --create-ek-cert)"
+    )]
+    NoEkCertificate {
+        /// The NV index read.
+        index: u32,
+    },
     /// PCRs kept changing between the quote and reading their values.
     #[error("PCRs changed during each of {attempts} quote attempts")]
     PcrsChanging {

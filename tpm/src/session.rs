@@ -22,9 +22,10 @@
 use crate::command::{Auth, Command};
 use crate::transport::Transport;
 use crate::TpmError;
+use attest::tpm::kdf::{hmac_sha256, kdfa, kdfe, DIGEST};
 use attest::tpm::{put_tpm2b, Reader, TPM_ALG_NULL, TPM_ALG_SHA256};
 use cfb_mode::cipher::KeyIvInit;
-use hmac::{KeyInit, Mac};
+use hmac::Mac;
 use rand_core::{OsRng, RngCore};
 use sha2_011::{Digest, Sha256};
 use zeroize::Zeroizing;
@@ -41,8 +42,6 @@ const TPM_ALG_CFB: u16 = 0x0043;
 pub(crate) const DECRYPT: u8 = 0x20;
 /// A session attribute: the response's first parameter is encrypted.
 pub(crate) const ENCRYPT: u8 = 0x40;
-/// SHA-256's size, the session's hash: nonces, salt and session key are this long.
-const DIGEST: usize = 32;
 
 /// A P-256 public point (TPMS_ECC_POINT), as the storage key's public area holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,7 +76,7 @@ impl SaltedSession {
         let symmetric = [TPM_ALG_AES, 128, TPM_ALG_CFB];
         let (handle, nonce_tpm) =
             start_auth_session(t, tpm_key, &nonce_caller, &encrypted_salt, kind, &symmetric)?;
-        let key = kdfa(&salt[..], b"ATH", &nonce_tpm, &nonce_caller);
+        let key = kdfa::<DIGEST>(&salt[..], b"ATH", &nonce_tpm, &nonce_caller);
         Ok(SaltedSession {
             handle,
             key,
@@ -161,7 +160,7 @@ impl SaltedSession {
     /// AES-128 key and IV from KDFa(sessionKey, "CFB", nonceNewer, nonceOlder), wiped when
     /// dropped (the cipher's own copy is wiped by `aes`'s and `cfb-mode`'s zeroize feature).
     fn cfb(&self, newer: &[u8], older: &[u8]) -> (Zeroizing<[u8; 16]>, Zeroizing<[u8; 16]>) {
-        let bits = kdfa(&self.key[..], b"CFB", newer, older);
+        let bits = kdfa::<DIGEST>(&self.key[..], b"CFB", newer, older);
         let mut key = Zeroizing::new([0; 16]);
         let mut iv = Zeroizing::new([0; 16]);
         key.copy_from_slice(&bits[..16]);
@@ -225,39 +224,6 @@ fn first_tpm2b(params: &mut [u8]) -> &mut [u8] {
     };
     let end = (2 + size).min(params.len());
     params.get_mut(2..end).unwrap_or_default()
-}
-
-/// HMAC-SHA-256 keyed with `key`.
-fn hmac_sha256(key: &[u8]) -> HmacSha256 {
-    // HMAC takes a key of any length: this cannot fail.
-    <HmacSha256 as KeyInit>::new_from_slice(key)
-        .unwrap_or_else(|_| unreachable!("HMAC accepts any key length"))
-}
-
-/// SP 800-108 counter-mode KDF with HMAC-SHA-256, as the TPM's KDFa (Part 1, §11.4.10.2),
-/// for 256 bits: HMAC(key, [1]₃₂ ‖ label ‖ 0 ‖ contextU ‖ contextV ‖ [256]₃₂).
-pub(crate) fn kdfa(key: &[u8], label: &[u8], u: &[u8], v: &[u8]) -> Zeroizing<[u8; DIGEST]> {
-    let mut mac = hmac_sha256(key);
-    mac.update(&1u32.to_be_bytes());
-    mac.update(label);
-    mac.update(&[0]);
-    mac.update(u);
-    mac.update(v);
-    mac.update(&((DIGEST * 8) as u32).to_be_bytes());
-    Zeroizing::new(mac.finalize().into_bytes().into())
-}
-
-/// SP 800-56A concatenation KDF with SHA-256, as the TPM's KDFe (Part 1, §11.4.10.3), for
-/// 256 bits: SHA-256([1]₃₂ ‖ Z ‖ use ‖ 0 ‖ partyU ‖ partyV).
-pub(crate) fn kdfe(z: &[u8], usage: &[u8], u: &[u8], v: &[u8]) -> Zeroizing<[u8; DIGEST]> {
-    let mut h = Sha256::new();
-    h.update(1u32.to_be_bytes());
-    h.update(z);
-    h.update(usage);
-    h.update([0]);
-    h.update(u);
-    h.update(v);
-    Zeroizing::new(h.finalize().into())
 }
 
 /// An ephemeral P-256 key's public point and the salt its ECDH with `tpm_key` gives.

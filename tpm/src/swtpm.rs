@@ -35,6 +35,17 @@ pub enum SwtpmError {
         /// What it printed.
         stderr: String,
     },
+    /// `swtpm_setup` could not be run (not installed: Debian package `swtpm-tools`).
+    #[error("running swtpm_setup (Debian package swtpm-tools)")]
+    SetupSpawn(#[source] std::io::Error),
+    /// `swtpm_setup` failed.
+    #[error("swtpm_setup failed ({status}): {output}")]
+    Setup {
+        /// Exit status.
+        status: std::process::ExitStatus,
+        /// What it printed.
+        output: String,
+    },
     /// The socket did not accept connections in time.
     #[error("swtpm's socket {path} not ready after {timeout:?}")]
     Timeout {
@@ -120,6 +131,83 @@ impl Swtpm {
     pub fn connect(&self) -> Result<SwtpmSocket, TpmError> {
         SwtpmSocket::connect(&self.socket, Duration::from_secs(30))
     }
+}
+
+/// A local certificate authority, as `swtpm_localca` keeps one: a self-signed root and the
+/// intermediate that signs EK certificates, standing in for a TPM maker's CA.
+#[derive(Debug, Clone)]
+pub struct LocalCa {
+    /// The folder holding its keys and certificates.
+    pub dir: PathBuf,
+}
+
+impl LocalCa {
+    /// The root certificate (PEM); `swtpm_localca` makes it on first use.
+    pub fn root_pem(&self) -> PathBuf {
+        self.dir.join("swtpm-localca-rootca-cert.pem")
+    }
+
+    /// The intermediate (issuer) certificate (PEM).
+    pub fn issuer_pem(&self) -> PathBuf {
+        self.dir.join("issuercert.pem")
+    }
+}
+
+/// Manufactures a TPM in `state_dir` as a maker would: `swtpm_setup` creates its endorsement
+/// keys and stores EK certificates signed by `ca` (made in `ca.dir` on first use, shared by
+/// every TPM made with it) in its NV memory; SHA-256 is its only PCR bank. Start it with
+/// [`Swtpm::start`].
+pub fn manufacture(state_dir: &Path, ca: &LocalCa) -> Result<(), SwtpmError> {
+    for dir in [state_dir, ca.dir.as_path()] {
+        std::fs::create_dir_all(dir).map_err(|source| SwtpmError::StateDir {
+            path: dir.to_owned(),
+            source,
+        })?;
+    }
+    let write = |name: &str, text: String| {
+        let path = ca.dir.join(name);
+        std::fs::write(&path, text)
+            .map(|()| path)
+            .map_err(|source| SwtpmError::StateDir {
+                path: ca.dir.clone(),
+                source,
+            })
+    };
+    let d = ca.dir.display();
+    let localca = write(
+        "swtpm-localca.conf",
+        format!(
+            "statedir = {d}\nsigningkey = {d}/signkey.pem\nissuercert = {d}/issuercert.pem\n\
+             certserial = {d}/certserial\n"
+        ),
+    )?;
+    let options = write("swtpm-localca.options", String::new())?;
+    let setup = write(
+        "swtpm_setup.conf",
+        format!(
+            "create_certs_tool = /usr/bin/swtpm_localca\ncreate_certs_tool_config = {}\n\
+             create_certs_tool_options = {}\nactive_pcr_banks = sha256\n",
+            localca.display(),
+            options.display()
+        ),
+    )?;
+    let out = Command::new("swtpm_setup")
+        .arg("--tpm2")
+        .arg("--tpmstate")
+        .arg(state_dir)
+        .arg("--config")
+        .arg(&setup)
+        .args(["--create-ek-cert", "--pcr-banks", "sha256"])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(SwtpmError::SetupSpawn)?;
+    if !out.status.success() {
+        return Err(SwtpmError::Setup {
+            status: out.status,
+            output: String::from_utf8_lossy(&[out.stdout, out.stderr].concat()).into_owned(),
+        });
+    }
+    Ok(())
 }
 
 impl Drop for Swtpm {

@@ -34,7 +34,13 @@ enum Cmd {
     #[command(subcommand)]
     Ledger(LedgerCmd),
     /// Print the TPM's attestation key (hex TPMT_PUBLIC) for the node's enrollment.
-    TpmAk(cli::TpmAkArgs),
+    TpmAk(cli::TpmArgs),
+    /// Print the TPM's identity (AK, EK and the maker's EK certificate, JSON) for an
+    /// enrollment anchored in the EK certificate (`sovctl attest tpm-challenge`).
+    TpmIdentity(cli::TpmArgs),
+    /// Answer an enroller's credential challenge with the TPM (TPM2_ActivateCredential):
+    /// prints the secret it releases, hex.
+    TpmActivate(cli::TpmActivateArgs),
 }
 
 #[derive(Subcommand)]
@@ -129,6 +135,8 @@ fn main() -> ExitCode {
         Cmd::Audit(AuditCmd::Export(args)) => return cli::run_export_state(args),
         Cmd::Ledger(LedgerCmd::Recover(args)) => return cli::run_recover(args),
         Cmd::TpmAk(args) => return cli::run_tpm_ak(args),
+        Cmd::TpmIdentity(args) => return cli::run_tpm_identity(args),
+        Cmd::TpmActivate(args) => return cli::run_tpm_activate(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

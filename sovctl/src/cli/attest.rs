@@ -45,6 +45,9 @@ pub enum AttestSub {
     },
     /// Issue an enrollment certificate for a node's identity key (`<state>/node.pub`).
     Enroll(EnrollArgs),
+    /// Check a node's TPM identity (`hostd tpm-identity`) against its maker's EK certificate
+    /// and make a credential challenge for its attestation key (`hostd tpm-activate`).
+    TpmChallenge(super::tpm_enroll::ChallengeArgs),
     /// Deliver a signed attestation result to the node, which appends it to its ledger
     /// (operators).
     Submit {
@@ -165,9 +168,12 @@ pub struct EnrollArgs {
     #[arg(long, default_value_t = 365)]
     pub days: u64,
     /// The node TPM's attestation key, as `hostd tpm-ak` prints it: hex, or a file holding
-    /// it. Binds the TPM to the node: its evidence must then carry a quote by this key.
+    /// it. Binds the TPM to the node on the operator's word: its evidence must then carry a
+    /// quote by this key. `--tpm-identity` binds it once the TPM proved it.
     #[arg(long)]
     pub tpm_ak: Option<String>,
+    #[command(flatten)]
+    pub tpm: super::tpm_enroll::EnrollTpmArgs,
     #[arg(long)]
     pub out: PathBuf,
 }
@@ -204,6 +210,10 @@ fn execute(cmd: AttestCmd, profile: Option<&Path>, json_out: bool) -> CmdResult 
             Ok(Exit::Ok)
         }
         Some(AttestSub::Enroll(args)) => enroll(args),
+        Some(AttestSub::TpmChallenge(args)) => {
+            super::tpm_enroll::make_challenge(&args, unix_now()).map_err(|e| usage(report(&e)))?;
+            Ok(Exit::Ok)
+        }
     }
 }
 
@@ -625,7 +635,14 @@ fn read_tpm_ak(arg: &str) -> Result<Vec<u8>, Fail> {
 fn enroll(args: EnrollArgs) -> CmdResult {
     let key = read_signing_key(&args.authority_key).map_err(|e| usage(report(&e)))?;
     let text = hex_or_file(&args.node_key)?;
-    let tpm_ak = args.tpm_ak.as_deref().map(read_tpm_ak).transpose()?;
+    let (tpm_ak, tpm_ek_certificate_sha256) = match &args.tpm.tpm_identity {
+        Some(identity) => {
+            let checked = super::tpm_enroll::verify_answer(&args.tpm, identity, unix_now())
+                .map_err(|e| usage(report(&e)))?;
+            (Some(checked.ak_public), Some(checked.ek_certificate_sha256))
+        }
+        None => (args.tpm_ak.as_deref().map(read_tpm_ak).transpose()?, None),
+    };
     let mut node_pk = [0u8; 32];
     hex::decode_to_slice(text.trim(), &mut node_pk)
         .map_err(|_| usage("--node-key: not 64 hex digits (or a file holding them)"))?;
@@ -634,6 +651,7 @@ fn enroll(args: EnrollArgs) -> CmdResult {
     let cert = EnrollmentAuthority::from_seed(key.as_bytes())
         .issue(EnrollmentClaims {
             tpm_ak,
+            tpm_ek_certificate_sha256,
             node_public_key: node_pk,
             node_name: args.node_name,
             jurisdiction: args.jurisdiction,
@@ -645,6 +663,7 @@ fn enroll(args: EnrollArgs) -> CmdResult {
         .map_err(|e| usage(report(&e)))?;
     std::fs::write(&args.out, cert.to_bytes().map_err(|e| usage(report(&e)))?)
         .map_err(|e| usage(format!("{}: {e}", args.out.display(), e = report(&e))))?;
+    super::tpm_enroll::consume_secret(&args.tpm).map_err(|e| usage(report(&e)))?;
     println!("wrote {} (valid {days} days)", args.out.display());
     Ok(Exit::Ok)
 }

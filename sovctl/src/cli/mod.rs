@@ -19,6 +19,7 @@ pub mod cp;
 pub mod job;
 pub mod node;
 pub mod policy;
+pub mod tpm_enroll;
 
 use crate::client::{Client, ClientError};
 use ::attest::report::report;

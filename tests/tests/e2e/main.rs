@@ -12,6 +12,7 @@ mod faults;
 mod files;
 mod jobs;
 mod story;
+mod tpm_enroll;
 mod usage_pages;
 
 use serde_json::Value;
