@@ -287,17 +287,7 @@ impl AkPublic {
     /// Parse a TPMT_PUBLIC and check it is a restricted, TPM-bound ECDSA P-256 / SHA-256
     /// signing key. Trailing bytes are refused.
     pub fn parse(bytes: &[u8]) -> Result<Self, TpmError> {
-        if bytes.len() > MAX_TPM_STRUCT_BYTES {
-            return Err(TpmError::TooLarge {
-                what: "TPMT_PUBLIC",
-                len: bytes.len(),
-                max: MAX_TPM_STRUCT_BYTES,
-            });
-        }
-        let mut r = Reader::new(bytes);
-        r.expect_u16("TPMT_PUBLIC.type", TPM_ALG_ECC, "TPM_ALG_ECC")?;
-        r.expect_u16("TPMT_PUBLIC.nameAlg", TPM_ALG_SHA256, "TPM_ALG_SHA256")?;
-        let attributes = r.u32("TPMT_PUBLIC.objectAttributes")?;
+        let (mut r, attributes) = public_header(bytes, TPM_ALG_ECC, "TPM_ALG_ECC")?;
         if attributes & AK_REQUIRED_ATTRIBUTES != AK_REQUIRED_ATTRIBUTES
             || attributes & attr::DECRYPT != 0
         {
@@ -334,6 +324,27 @@ impl AkPublic {
             p256::ecdsa::VerifyingKey::from_sec1_bytes(&sec1).map_err(|_| TpmError::BadPoint)?;
         Ok(Self { attributes, key })
     }
+}
+
+/// The start of a TPMT_PUBLIC (at most [`MAX_TPM_STRUCT_BYTES`]) whose type must be `kind`
+/// and name algorithm SHA-256: a reader past them, and the object attributes.
+pub(crate) fn public_header<'a>(
+    bytes: &'a [u8],
+    kind: u16,
+    kind_name: &'static str,
+) -> Result<(Reader<'a>, u32), TpmError> {
+    if bytes.len() > MAX_TPM_STRUCT_BYTES {
+        return Err(TpmError::TooLarge {
+            what: "TPMT_PUBLIC",
+            len: bytes.len(),
+            max: MAX_TPM_STRUCT_BYTES,
+        });
+    }
+    let mut r = Reader::new(bytes);
+    r.expect_u16("TPMT_PUBLIC.type", kind, kind_name)?;
+    r.expect_u16("TPMT_PUBLIC.nameAlg", TPM_ALG_SHA256, "TPM_ALG_SHA256")?;
+    let attributes = r.u32("TPMT_PUBLIC.objectAttributes")?;
+    Ok((r, attributes))
 }
 
 /// One TPMS_PCR_SELECTION.

@@ -32,18 +32,22 @@ fn enrollment(tpm_ak: Option<Vec<u8>>) -> EnrollmentCertificate {
 /// An enrollment issued by the authority of `seed` (the verifier trusts only `[1; 32]`'s).
 fn enrollment_by(seed: &[u8; 32], tpm_ak: Option<Vec<u8>>) -> EnrollmentCertificate {
     EnrollmentAuthority::from_seed(seed)
-        .issue(EnrollmentClaims {
-            node_public_key: node().public_key(),
-            node_name: "node-fra-01".into(),
-            jurisdiction: "DE-HE".into(),
-            facility: "FRA1".into(),
-            not_before: NOW - 100,
-            not_after: NOW + 100,
-            authority_public_key: [0; 32],
-            tpm_ak,
-            tpm_ek_certificate_sha256: None,
-        })
+        .issue(claims(tpm_ak))
         .unwrap()
+}
+
+fn claims(tpm_ak: Option<Vec<u8>>) -> EnrollmentClaims {
+    EnrollmentClaims {
+        node_public_key: node().public_key(),
+        node_name: "node-fra-01".into(),
+        jurisdiction: "DE-HE".into(),
+        facility: "FRA1".into(),
+        not_before: NOW - 100,
+        not_after: NOW + 100,
+        authority_public_key: [0; 32],
+        tpm_ak,
+        tpm_ek_certificate_sha256: None,
+    }
 }
 
 /// A verifier whose manifest lists `hostd` and the given PCR references.
@@ -416,15 +420,8 @@ fn a_substituted_command_line_shows_in_pcr_12() {
 #[test]
 fn an_ek_certificate_digest_is_kept_and_needs_an_ak() {
     let claims = |tpm_ak: Option<Vec<u8>>| EnrollmentClaims {
-        node_public_key: node().public_key(),
-        node_name: "node-fra-01".into(),
-        jurisdiction: "DE-HE".into(),
-        facility: "FRA1".into(),
-        not_before: NOW - 100,
-        not_after: NOW + 100,
-        authority_public_key: [0; 32],
-        tpm_ak,
         tpm_ek_certificate_sha256: Some([0x5e; 32]),
+        ..claims(tpm_ak)
     };
     let authority = EnrollmentAuthority::from_seed(&[1; 32]);
     let cert = authority.issue(claims(Some(ak().public_area()))).unwrap();

@@ -174,14 +174,71 @@ pub fn run_tpm_ak(args: TpmArgs) -> ExitCode {
     })
 }
 
+/// `hostd tpm-identity [--ek-certificate FILE] [--device PATH | --swtpm-socket PATH]`.
+#[derive(Debug, clap::Args)]
+pub struct TpmIdentityArgs {
+    /// The EK certificate (DER or PEM) when the TPM does not hold it in NV memory (firmware
+    /// TPMs: from the maker's online service). The enroller checks it all the same.
+    #[arg(long)]
+    pub ek_certificate: Option<PathBuf>,
+    #[command(flatten)]
+    pub tpm: TpmArgs,
+}
+
+/// Why `hostd tpm-identity` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum IdentityError {
+    /// The certificate file could not be read.
+    #[error("reading the EK certificate {path}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The file holds no certificate.
+    #[error("{path} is not a certificate file")]
+    Certificate {
+        /// The file.
+        path: PathBuf,
+        #[source]
+        source: attest::tpm::ek::EkError,
+    },
+    /// The TPM failed, or holds no EK certificate.
+    #[error(transparent)]
+    Tpm(#[from] tpm::TpmError),
+}
+
 /// Prints the TPM's identity for an enrollment anchored in its maker's EK certificate
 /// (`sovctl attest tpm-challenge --identity`): one line of JSON with the AK, the EK and the EK
 /// certificate. Exit 1 with the TPM's error, or if the TPM holds no EK certificate.
-pub fn run_tpm_identity(args: TpmArgs) -> ExitCode {
-    finish(args.with(|t| tpm::endorsement::identity(t)), |id| {
+pub fn run_tpm_identity(args: TpmIdentityArgs) -> ExitCode {
+    finish(tpm_identity(&args), |id| {
         // A struct of three byte strings always serializes.
         println!("{}", serde_json::to_string(&id).unwrap_or_default())
     })
+}
+
+fn tpm_identity(args: &TpmIdentityArgs) -> Result<attest::tpm::ek::TpmIdentity, IdentityError> {
+    let certificate = match &args.ek_certificate {
+        Some(path) => {
+            let bytes = std::fs::read(path).map_err(|source| IdentityError::Read {
+                path: path.clone(),
+                source,
+            })?;
+            let certs = attest::tpm::ek::certificates_from_file(&bytes).map_err(|source| {
+                IdentityError::Certificate {
+                    path: path.clone(),
+                    source,
+                }
+            })?;
+            certs.into_iter().next()
+        }
+        None => None,
+    };
+    Ok(args
+        .tpm
+        .with(|t| tpm::endorsement::identity_with(t, certificate))?)
 }
 
 /// `hostd tpm-activate --challenge FILE [--device PATH | --swtpm-socket PATH]`.

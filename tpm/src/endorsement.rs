@@ -93,15 +93,28 @@ pub fn ek_certificate<T: Transport + ?Sized>(t: &mut T) -> Result<Option<Vec<u8>
     Ok(Some(der.to_vec()))
 }
 
-/// What the enroller needs ([`TpmIdentity`]): the AK, the EK and the EK certificate. A TPM
-/// without an EK certificate is an error that says so.
+/// What the enroller needs ([`TpmIdentity`]): the AK, the EK and the EK certificate from the
+/// TPM's NV memory. A TPM without an EK certificate is an error that says so.
 pub fn identity<T: Transport + ?Sized>(t: &mut T) -> Result<TpmIdentity, TpmError> {
+    identity_with(t, None)
+}
+
+/// [`identity`] with `certificate` (DER) as the EK certificate when one is given: firmware
+/// TPMs keep theirs with the maker's online service rather than in NV memory. The enroller
+/// checks it like any other: against the maker's root, and against the EK the TPM derives.
+pub fn identity_with<T: Transport + ?Sized>(
+    t: &mut T,
+    certificate: Option<Vec<u8>>,
+) -> Result<TpmIdentity, TpmError> {
     let ak_public = crate::ak_public(t)?;
     let (handle, ek) = create_ek(t)?;
     flush_context(t, handle)?;
-    let ek_certificate = ek_certificate(t)?.ok_or(TpmError::NoEkCertificate {
-        index: EK_RSA_CERT_NV_INDEX,
-    })?;
+    let ek_certificate = match certificate {
+        Some(c) => c,
+        None => ek_certificate(t)?.ok_or(TpmError::NoEkCertificate {
+            index: EK_RSA_CERT_NV_INDEX,
+        })?,
+    };
     Ok(TpmIdentity {
         ak_public,
         ek_public: ek.public_area().to_vec(),

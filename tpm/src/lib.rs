@@ -115,7 +115,8 @@ pub enum TpmError {
     /// The TPM holds no EK certificate: nothing vouches that it is a genuine TPM.
     #[error(
         "the TPM has no EK certificate at NV index {index:#010x} (its maker's certificate is \
-         what vouches for it; a software TPM needs swtpm_setup --create-ek-cert)"
+         what vouches for it: a firmware TPM's comes from its maker's online service, a \
+         software TPM's from swtpm_setup --create-ek-cert)"
     )]
     NoEkCertificate {
         /// The NV index read.

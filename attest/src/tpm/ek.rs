@@ -16,7 +16,7 @@
 //! the time.
 
 use super::TPM_ALG_SHA256;
-use super::{put_tpm2b, AkPublic, Reader, TpmError, MAX_TPM_STRUCT_BYTES, TPM_ALG_NULL};
+use super::{put_tpm2b, AkPublic, TpmError, TPM_ALG_NULL};
 use crate::canonical::hex_bytes;
 use der::asn1::UintRef;
 use der::{Decode, Encode as _, Reader as _, SliceReader};
@@ -136,17 +136,7 @@ impl EkPublic {
 }
 
 fn parse_l1(bytes: &[u8]) -> Result<Vec<u8>, TpmError> {
-    if bytes.len() > MAX_TPM_STRUCT_BYTES {
-        return Err(TpmError::TooLarge {
-            what: "TPMT_PUBLIC",
-            len: bytes.len(),
-            max: MAX_TPM_STRUCT_BYTES,
-        });
-    }
-    let mut r = Reader::new(bytes);
-    r.expect_u16("TPMT_PUBLIC.type", TPM_ALG_RSA, "TPM_ALG_RSA")?;
-    r.expect_u16("TPMT_PUBLIC.nameAlg", TPM_ALG_SHA256, "TPM_ALG_SHA256")?;
-    let attributes = r.u32("TPMT_PUBLIC.objectAttributes")?;
+    let (mut r, attributes) = super::public_header(bytes, TPM_ALG_RSA, "TPM_ALG_RSA")?;
     if attributes != EK_ATTRIBUTES {
         return Err(TpmError::Unsupported {
             field: "TPMT_PUBLIC.objectAttributes",

@@ -37,7 +37,7 @@ enum Cmd {
     TpmAk(cli::TpmArgs),
     /// Print the TPM's identity (AK, EK and the maker's EK certificate, JSON) for an
     /// enrollment anchored in the EK certificate (`sovctl attest tpm-challenge`).
-    TpmIdentity(cli::TpmArgs),
+    TpmIdentity(cli::TpmIdentityArgs),
     /// Answer an enroller's credential challenge with the TPM (TPM2_ActivateCredential):
     /// prints the secret it releases, hex.
     TpmActivate(cli::TpmActivateArgs),

@@ -76,6 +76,14 @@ fn run(cmd: &mut Command, what: &str) -> String {
     ok(cmd.output().unwrap_or_else(|e| panic!("{what}: {e}")), what)
 }
 
+/// What a command that succeeded printed on its standard output alone.
+fn stdout_of(cmd: &mut Command, what: &str) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    ok(out, what);
+    stdout
+}
+
 /// Everything built once for the test: the image, the node's material, the swtpm state.
 pub(crate) struct Fixture {
     pub(crate) work: PathBuf,
@@ -235,30 +243,55 @@ impl Fixture {
 
     /// The operator's enrollment of the node: its identity key and its TPM's attestation key,
     /// read from the TPM before the node's first boot (the AK is derived from the TPM's
-    /// endorsement seed, so the node derives the same key when it boots).
+    /// endorsement seed, so the node derives the same key when it boots). The AK is bound the
+    /// way a sceptical operator binds it: the TPM is manufactured with an EK certificate (a
+    /// local CA standing in for its maker), and the enrollment binds the AK only once the TPM
+    /// answered a credential challenge under that certified EK (docs/attestation.md §10).
     fn enroll(&self, out: &Path) {
         // A TPM with only the SHA-256 bank active, as the image's measurements use: every
         // extend into four banks costs boot time under emulation.
-        std::fs::create_dir_all(&self.tpm).expect("tpm dir");
-        run(
-            Command::new("swtpm_setup")
-                .args([
-                    "--tpm2",
-                    "--pcr-banks",
-                    "sha256",
-                    "--overwrite",
-                    "--tpmstate",
-                ])
-                .arg(&self.tpm),
-            "swtpm_setup",
-        );
+        let _ = std::fs::remove_dir_all(&self.tpm);
+        let maker = tpm::swtpm::LocalCa {
+            dir: self.work.join("tpm-maker"),
+        };
+        tpm::swtpm::manufacture(&self.tpm, &maker).expect("swtpm_setup --create-ek-cert");
         let sw = tpm::swtpm::Swtpm::start(&self.tpm).expect("swtpm for enrollment");
-        let mut t = sw.connect().expect("swtpm socket");
-        let ak = hex::encode(tpm::ak_public(&mut t).expect("AK public"));
-        drop(t);
+        let socket = sw.socket().display().to_string();
+        let identity = self.work.join("tpm-identity.json");
+        let id = stdout_of(
+            Command::new(self.bin.join("hostd")).args(["tpm-identity", "--swtpm-socket", &socket]),
+            "hostd tpm-identity",
+        );
+        std::fs::write(&identity, id).expect("tpm identity");
+        let ca = [
+            "--tpm-root".to_string(),
+            maker.root_pem().display().to_string(),
+            "--tpm-intermediate".to_string(),
+            maker.issuer_pem().display().to_string(),
+        ];
+        let challenge = self.work.join("tpm-challenge.json");
+        let secret = self.work.join("tpm-challenge.secret");
+        let _ = std::fs::remove_file(&secret);
+        run(
+            Command::new(self.bin.join("sovctl"))
+                .args(["attest", "tpm-challenge", "--identity"])
+                .arg(&identity)
+                .args(&ca)
+                .arg("--out")
+                .arg(&challenge)
+                .arg("--secret-out")
+                .arg(&secret),
+            "sovctl attest tpm-challenge",
+        );
+        let answer = stdout_of(
+            Command::new(self.bin.join("hostd"))
+                .args(["tpm-activate", "--swtpm-socket", &socket, "--challenge"])
+                .arg(&challenge),
+            "hostd tpm-activate",
+        );
         drop(sw);
         let dev = |f: &str| self.dev.join(f).display().to_string();
-        ok(
+        run(
             Command::new(self.bin.join("sovctl"))
                 .args([
                     "attest",
@@ -272,19 +305,21 @@ impl Fixture {
                     "--node-name",
                     "vm-node",
                 ])
-                .args([
-                    "--jurisdiction",
-                    "IN-TG",
-                    "--facility",
-                    "hyd-dev-1",
-                    "--tpm-ak",
-                    &ak,
-                ])
+                .args(["--jurisdiction", "IN-TG", "--facility", "hyd-dev-1"])
+                .arg("--tpm-identity")
+                .arg(&identity)
+                .args(&ca)
+                .arg("--tpm-secret")
+                .arg(&secret)
+                .args(["--tpm-answer", answer.trim()])
                 .arg("--out")
-                .arg(out)
-                .output()
-                .expect("sovctl attest enroll"),
-            "sovctl attest enroll",
+                .arg(out),
+            "sovctl attest enroll --tpm-identity",
+        );
+        let enrolled = std::fs::read_to_string(out).expect("enrollment");
+        assert!(
+            enrolled.contains("\"tpm_ek_certificate_sha256\""),
+            "the enrollment names the checked EK certificate: {enrolled}"
         );
     }
 

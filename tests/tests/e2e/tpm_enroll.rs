@@ -239,10 +239,80 @@ fn a_challenge_is_refused_for_an_identity_that_does_not_check_out() {
 }
 
 #[test]
-fn a_tpm_without_an_ek_certificate_has_no_identity_to_give() {
+fn a_tpm_without_an_ek_certificate_in_nv_takes_one_from_a_file_and_the_enroller_checks_it() {
     let tmp = tempfile::tempdir().unwrap();
-    let sw = Swtpm::start(&tmp.path().join("t")).unwrap();
-    let out = run("hostd", &["tpm-identity", "--swtpm-socket", s(sw.socket())]);
+    let dir = tmp.path();
+    let bare = Swtpm::start(&dir.join("bare")).unwrap();
+    let out = run(
+        "hostd",
+        &["tpm-identity", "--swtpm-socket", s(bare.socket())],
+    );
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out).contains("no EK certificate"), "{}", text(&out));
+
+    // A certificate given in a file stands in for NV memory: the same identity.
+    let ca = LocalCa {
+        dir: dir.join("ca"),
+    };
+    let made = tpm(dir, "made", &ca);
+    let from_nv = identity_of(&made, &dir.join("nv.json"));
+    let der = dir.join("ek.der");
+    std::fs::write(
+        &der,
+        hex::decode(from_nv["ek_certificate"].as_str().unwrap()).unwrap(),
+    )
+    .unwrap();
+    let from_file = run(
+        "hostd",
+        &[
+            "tpm-identity",
+            "--ek-certificate",
+            s(&der),
+            "--swtpm-socket",
+            s(made.socket()),
+        ],
+    );
+    assert!(from_file.status.success(), "{}", text(&from_file));
+    let from_file: serde_json::Value = serde_json::from_slice(&from_file.stdout).unwrap();
+    assert_eq!(from_file, from_nv);
+
+    // Given to another TPM, that certificate names another EK: the enroller refuses it.
+    let identity = dir.join("bare.json");
+    let out = run(
+        "hostd",
+        &[
+            "tpm-identity",
+            "--ek-certificate",
+            s(&der),
+            "--swtpm-socket",
+            s(bare.socket()),
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    std::fs::write(&identity, &out.stdout).unwrap();
+    let e = Enroller {
+        dir: dir.to_owned(),
+        ca,
+        authority: dir.join("unused.key"),
+    };
+    let (out, _, secret) = e.challenge(&identity, "bare");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("the TPM's EK has"), "{}", text(&out));
+    assert!(!secret.exists());
+    let out = run(
+        "hostd",
+        &[
+            "tpm-identity",
+            "--ek-certificate",
+            s(&identity),
+            "--swtpm-socket",
+            s(bare.socket()),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out).contains("not a certificate file"),
+        "{}",
+        text(&out)
+    );
 }
