@@ -1,7 +1,8 @@
 //! The node's side of enrolling its attestation key against its TPM's endorsement key
 //! (`attest::tpm::ek` and `attest::tpm::credential` are the enroller's side):
-//! - [`identity`]: the AK, the EK (TCG template L-1, derived afresh: the same TPM always
-//!   yields the same key) and the EK certificate its maker stored at NV index `0x01c00002`;
+//! - [`identity`]: the AK, the EK (TCG template L-1, RSA 2048, or else L-2, ECC P-256,
+//!   derived afresh: the same TPM always yields the same key) and the EK certificate its
+//!   maker stored for it in NV memory (`0x01c00002`, `0x01c0000a`);
 //! - [`activate_credential`]: TPM2_ActivateCredential of the enroller's challenge, with the
 //!   AK and the EK loaded side by side. The TPM releases the secret only if the challenge was
 //!   made for this EK and for exactly this AK's name.
@@ -12,7 +13,7 @@ use crate::transport::Transport;
 use crate::unseal::start_policy_session;
 use crate::TpmError;
 use attest::tpm::credential::Challenge;
-use attest::tpm::ek::{ek_template, EkPublic, TpmIdentity, EK_RSA_CERT_NV_INDEX};
+use attest::tpm::ek::{certified_key, EkKind, EkPublic, TpmIdentity};
 use attest::tpm::{put_tpm2b, Reader};
 use zeroize::Zeroizing;
 
@@ -31,10 +32,13 @@ const MAX_NV_CERTIFICATE: u16 = 4096;
 /// A chunk size every TPM 2.0 supports, used when the TPM does not say its own.
 const MIN_NV_BUFFER: u16 = 512;
 
-/// The TPM's EK (template L-1) as TPM2_CreatePrimary makes it: its transient handle (flush it
-/// with [`flush_context`]) and its public area, checked against the template.
-pub fn create_ek<T: Transport + ?Sized>(t: &mut T) -> Result<(u32, EkPublic), TpmError> {
-    let cmd = create_primary(TPM_RH_ENDORSEMENT, &ek_template());
+/// The TPM's EK of `kind` as TPM2_CreatePrimary makes it: its transient handle (flush it with
+/// [`flush_context`]) and its public area, checked against the template.
+pub fn create_ek<T: Transport + ?Sized>(
+    t: &mut T,
+    kind: EkKind,
+) -> Result<(u32, EkPublic), TpmError> {
+    let cmd = create_primary(TPM_RH_ENDORSEMENT, &kind.template());
     let (handles, params) = cmd.run(t, 1)?;
     let handle = cmd.first_handle(handles)?;
     let public = Reader::new(&params)
@@ -47,7 +51,11 @@ pub fn create_ek<T: Transport + ?Sized>(t: &mut T) -> Result<(u32, EkPublic), Tp
             })
         });
     match public {
-        Ok(public) => Ok((handle, public)),
+        Ok(public) if public.kind() == kind => Ok((handle, public)),
+        Ok(_) => {
+            let _ = flush_context(t, handle);
+            Err(cmd.malformed("an EK of another type than the template's".into()))
+        }
         Err(e) => {
             let _ = flush_context(t, handle);
             Err(e)
@@ -55,11 +63,14 @@ pub fn create_ek<T: Transport + ?Sized>(t: &mut T) -> Result<(u32, EkPublic), Tp
     }
 }
 
-/// The EK certificate (DER) the TPM's maker stored at NV index `0x01c00002`, `None` if the
-/// index is not defined (a TPM without one, or a software TPM made without
-/// `--create-ek-cert`).
-pub fn ek_certificate<T: Transport + ?Sized>(t: &mut T) -> Result<Option<Vec<u8>>, TpmError> {
-    let Some((attributes, size)) = nv_read_public(t, EK_RSA_CERT_NV_INDEX)? else {
+/// The certificate (DER) the TPM's maker stored for its EK of `kind`, `None` if its index is
+/// not defined (a TPM without one, or a software TPM made without `--create-ek-cert`).
+pub fn ek_certificate<T: Transport + ?Sized>(
+    t: &mut T,
+    kind: EkKind,
+) -> Result<Option<Vec<u8>>, TpmError> {
+    let index = kind.certificate_index();
+    let Some((attributes, size)) = nv_read_public(t, index)? else {
         return Ok(None);
     };
     if size > MAX_NV_CERTIFICATE {
@@ -69,7 +80,7 @@ pub fn ek_certificate<T: Transport + ?Sized>(t: &mut T) -> Result<Option<Vec<u8>
         });
     }
     let auth_handle = if attributes & NV_AUTHREAD != 0 {
-        EK_RSA_CERT_NV_INDEX
+        index
     } else if attributes & NV_OWNERREAD != 0 {
         TPM_RH_OWNER
     } else {
@@ -83,7 +94,7 @@ pub fn ek_certificate<T: Transport + ?Sized>(t: &mut T) -> Result<Option<Vec<u8>
     while contents.len() < usize::from(size) {
         let offset = contents.len() as u16;
         let want = chunk.min(size - offset);
-        contents.extend_from_slice(&nv_read(t, auth_handle, offset, want)?);
+        contents.extend_from_slice(&nv_read(t, auth_handle, index, offset, want)?);
     }
     let der =
         attest::tpm::ek::certificate_in_nv(&contents).map_err(|source| TpmError::Endorsement {
@@ -93,28 +104,49 @@ pub fn ek_certificate<T: Transport + ?Sized>(t: &mut T) -> Result<Option<Vec<u8>
     Ok(Some(der.to_vec()))
 }
 
-/// What the enroller needs ([`TpmIdentity`]): the AK, the EK and the EK certificate from the
-/// TPM's NV memory. A TPM without an EK certificate is an error that says so.
+/// What the enroller needs ([`TpmIdentity`]): the AK, and the first EK (RSA 2048, then ECC
+/// P-256) whose certificate the TPM holds, with that certificate. A TPM with neither is an
+/// error that says so.
 pub fn identity<T: Transport + ?Sized>(t: &mut T) -> Result<TpmIdentity, TpmError> {
-    identity_with(t, None)
+    for kind in EkKind::ALL {
+        if let Some(certificate) = ek_certificate(t, kind)? {
+            return identity_of(t, kind, certificate);
+        }
+    }
+    Err(TpmError::NoEkCertificate)
 }
 
 /// [`identity`] with `certificate` (DER) as the EK certificate when one is given: firmware
-/// TPMs keep theirs with the maker's online service rather than in NV memory. The enroller
-/// checks it like any other: against the maker's root, and against the EK the TPM derives.
+/// TPMs keep theirs with the maker's online service rather than in NV memory. Its key says
+/// which EK it is for; the enroller checks it like any other: against the maker's root, and
+/// against the EK the TPM derives.
 pub fn identity_with<T: Transport + ?Sized>(
     t: &mut T,
     certificate: Option<Vec<u8>>,
 ) -> Result<TpmIdentity, TpmError> {
-    let ak_public = crate::ak_public(t)?;
-    let (handle, ek) = create_ek(t)?;
-    flush_context(t, handle)?;
-    let ek_certificate = match certificate {
-        Some(c) => c,
-        None => ek_certificate(t)?.ok_or(TpmError::NoEkCertificate {
-            index: EK_RSA_CERT_NV_INDEX,
-        })?,
+    let Some(certificate) = certificate else {
+        return identity(t);
     };
+    let kind = match certified_key(&certificate) {
+        Ok(key) => key.kind(),
+        Err(source) => {
+            return Err(TpmError::Endorsement {
+                what: "the EK certificate given",
+                source,
+            })
+        }
+    };
+    identity_of(t, kind, certificate)
+}
+
+fn identity_of<T: Transport + ?Sized>(
+    t: &mut T,
+    kind: EkKind,
+    ek_certificate: Vec<u8>,
+) -> Result<TpmIdentity, TpmError> {
+    let ak_public = crate::ak_public(t)?;
+    let (handle, ek) = create_ek(t, kind)?;
+    flush_context(t, handle)?;
     Ok(TpmIdentity {
         ak_public,
         ek_public: ek.public_area().to_vec(),
@@ -130,7 +162,7 @@ pub fn activate_credential<T: Transport + ?Sized>(
     challenge: &Challenge,
 ) -> Result<Zeroizing<Vec<u8>>, TpmError> {
     let (ak, _) = create_ak(t)?;
-    let ek = match create_ek(t) {
+    let ek = match create_ek(t, challenge.ek) {
         Ok((ek, _)) => ek,
         Err(e) => {
             let _ = flush_context(t, ak);
@@ -235,11 +267,12 @@ fn nv_buffer_max<T: Transport + ?Sized>(t: &mut T) -> Result<u16, TpmError> {
     Ok(u16::try_from(max.clamp(u32::from(MIN_NV_BUFFER), 1024)).unwrap_or(MIN_NV_BUFFER))
 }
 
-/// TPM2_NV_Read of `size` bytes at `offset` of the EK certificate's index, authorized by
-/// `auth_handle` with the empty password.
+/// TPM2_NV_Read of `size` bytes at `offset` of NV `index`, authorized by `auth_handle` with
+/// the empty password.
 fn nv_read<T: Transport + ?Sized>(
     t: &mut T,
     auth_handle: u32,
+    index: u32,
     offset: u16,
     size: u16,
 ) -> Result<Vec<u8>, TpmError> {
@@ -248,7 +281,7 @@ fn nv_read<T: Transport + ?Sized>(
     let cmd = Command {
         name: "TPM2_NV_Read",
         code: TPM_CC_NV_READ,
-        handles: vec![auth_handle, EK_RSA_CERT_NV_INDEX],
+        handles: vec![auth_handle, index],
         auth: Auth::Password,
         params,
     };

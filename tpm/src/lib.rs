@@ -114,14 +114,11 @@ pub enum TpmError {
     },
     /// The TPM holds no EK certificate: nothing vouches that it is a genuine TPM.
     #[error(
-        "the TPM has no EK certificate at NV index {index:#010x} (its maker's certificate is \
-         what vouches for it: a firmware TPM's comes from its maker's online service, a \
-         software TPM's from swtpm_setup --create-ek-cert)"
+        "the TPM has no EK certificate at NV index 0x01c00002 (RSA 2048) or 0x01c0000a (ECC \
+         P-256): its maker's certificate is what vouches for it (a firmware TPM's comes from \
+         its maker's online service, a software TPM's from swtpm_setup --create-ek-cert)"
     )]
-    NoEkCertificate {
-        /// The NV index read.
-        index: u32,
-    },
+    NoEkCertificate,
     /// PCRs kept changing between the quote and reading their values.
     #[error("PCRs changed during each of {attempts} quote attempts")]
     PcrsChanging {

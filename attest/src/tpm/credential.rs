@@ -8,8 +8,11 @@
 //! AK lives in the TPM whose EK the maker certified ([`super::ek`]): a software key, or one in
 //! another TPM, has another name or no EK to decrypt with.
 //!
-//! For an RSA EK (template L-1, with SHA-256 and AES-128-CFB):
-//! - `seed`: 32 random bytes, sent as RSA-OAEP(SHA-256, label "IDENTITY\0") under the EK;
+//! With SHA-256 and AES-128-CFB, as both standard EKs have them:
+//! - `seed`, for an RSA EK (template L-1): 32 random bytes, sent as RSA-OAEP(SHA-256, label
+//!   "IDENTITY\0") under the EK. For an ECC EK (template L-2): an ephemeral P-256 key's ECDH
+//!   with the EK gives Z, and `seed = KDFe(Z, "IDENTITY", ephemeral.x, ek.x)`; the ephemeral
+//!   public point is sent (TPMS_ECC_POINT), as the node's salted sessions do with "SECRET";
 //! - `symKey = KDFa(seed, "STORAGE", name, ∅, 128)`, and `encIdentity` the TPM2B_DIGEST of
 //!   the secret under AES-128-CFB with a zero IV;
 //! - `HMACkey = KDFa(seed, "INTEGRITY", ∅, ∅, 256)`, `outerHMAC = HMAC(HMACkey, encIdentity ‖
@@ -17,8 +20,8 @@
 //! - the credential blob (TPM2B_ID_OBJECT's contents) is the TPM2B of `outerHMAC`, then
 //!   `encIdentity`.
 
-use super::ek::{CheckedIdentity, EkPublic};
-use super::kdf::{hmac_sha256, kdfa, DIGEST};
+use super::ek::{CheckedIdentity, EkKey, EkKind, EkPublic};
+use super::kdf::{hmac_sha256, kdfa, kdfe, DIGEST};
 use super::{put_tpm2b, TPM_ALG_SHA256};
 use crate::canonical::hex_bytes;
 use cfb_mode::cipher::KeyIvInit;
@@ -44,6 +47,9 @@ pub enum CredentialError {
     /// RSA-OAEP encryption under the EK failed (the EK's modulus is not a usable RSA key).
     #[error("RSA-OAEP encryption under the endorsement key failed")]
     Rsa(#[source] rsa::Error),
+    /// The ECC EK's point is not on P-256.
+    #[error("the endorsement key's point is not on P-256")]
+    EccPoint,
 }
 
 /// The name of a TPM object with a SHA-256 name algorithm: the algorithm's identifier, then
@@ -58,11 +64,14 @@ pub fn object_name(public_area: &[u8]) -> Vec<u8> {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Challenge {
+    /// Which of the TPM's endorsement keys the challenge is under.
+    pub ek: EkKind,
     /// The contents of the TPM2B_ID_OBJECT: the outer HMAC's TPM2B, then the encrypted
     /// credential.
     #[serde(with = "hex_bytes")]
     pub credential_blob: Vec<u8>,
-    /// The contents of the TPM2B_ENCRYPTED_SECRET: the RSA-OAEP encrypted seed.
+    /// The contents of the TPM2B_ENCRYPTED_SECRET: the RSA-OAEP encrypted seed, or the
+    /// ephemeral ECC point (TPMS_ECC_POINT).
     #[serde(with = "hex_bytes")]
     pub encrypted_secret: Vec<u8>,
 }
@@ -75,22 +84,62 @@ pub fn make_credential<R: TryCryptoRng + ?Sized>(
     secret: &[u8; SECRET_BYTES],
     rng: &mut R,
 ) -> Result<Challenge, CredentialError> {
+    let (seed, encrypted_secret) = match ek.key() {
+        EkKey::Rsa { modulus } => rsa_seed(modulus, rng)?,
+        EkKey::EccP256 { x, y } => ecc_seed(x, y, rng)?,
+    };
+    Ok(Challenge {
+        ek: ek.kind(),
+        credential_blob: credential_blob(&seed[..], name, secret),
+        encrypted_secret,
+    })
+}
+
+type Seed = Zeroizing<[u8; DIGEST]>;
+
+/// A random seed and its RSA-OAEP encryption under the EK's `modulus` (exponent 65537).
+fn rsa_seed<R: TryCryptoRng + ?Sized>(
+    modulus: &[u8],
+    rng: &mut R,
+) -> Result<(Seed, Vec<u8>), CredentialError> {
     let mut seed = Zeroizing::new([0u8; DIGEST]);
     rng.try_fill_bytes(&mut seed[..])
         .map_err(|_| CredentialError::Random)?;
     let key = rsa::PublicKey::new(
-        rsa::BoxedUint::from_be_slice_vartime(ek.modulus()),
+        rsa::BoxedUint::from_be_slice_vartime(modulus),
         rsa::BoxedUint::from(65537u32),
     )
     .map_err(CredentialError::Rsa)?;
     let padding = rsa::Oaep::<sha2_011::Sha256>::new_with_label(b"IDENTITY\0".to_vec());
-    let encrypted_secret = key
+    let encrypted = key
         .encrypt(rng, padding, &seed[..])
         .map_err(CredentialError::Rsa)?;
-    Ok(Challenge {
-        credential_blob: credential_blob(&seed[..], name, secret),
-        encrypted_secret,
-    })
+    Ok((seed, encrypted))
+}
+
+/// The seed an ephemeral P-256 key's ECDH with the EK point (`x`, `y`) gives, and that
+/// ephemeral key's point as a TPMS_ECC_POINT.
+fn ecc_seed<R: TryCryptoRng + ?Sized>(
+    x: &[u8; 32],
+    y: &[u8; 32],
+    rng: &mut R,
+) -> Result<(Seed, Vec<u8>), CredentialError> {
+    use p256::elliptic_curve::Generate as _;
+    let ek = p256::PublicKey::from_sec1_bytes(&[&[0x04][..], x, y].concat())
+        .map_err(|_| CredentialError::EccPoint)?;
+    let ephemeral = p256::ecdh::EphemeralSecret::try_generate_from_rng(rng)
+        .map_err(|_| CredentialError::Random)?;
+    let z = ephemeral.diffie_hellman(&ek);
+    // Uncompressed SEC1: 04 ‖ x ‖ y.
+    let point = ephemeral.public_key().to_sec1_bytes();
+    let (Some(ex), Some(ey)) = (point.get(1..33), point.get(33..65)) else {
+        return Err(CredentialError::EccPoint);
+    };
+    let seed = kdfe(z.raw_secret_bytes(), b"IDENTITY", ex, x);
+    let mut encrypted = Vec::with_capacity(68);
+    put_tpm2b(&mut encrypted, ex);
+    put_tpm2b(&mut encrypted, ey);
+    Ok((seed, encrypted))
 }
 
 /// The TPM2B_ID_OBJECT's contents for `seed`, `name` and `secret` (the module doc's steps).
@@ -155,6 +204,26 @@ mod tests {
         Aes128CfbDec::new(&(*key).into(), &[0u8; 16].into()).decrypt(&mut plain);
         assert_eq!(&plain[..2], &[0, 32]);
         assert_eq!(&plain[2..], &secret);
+    }
+
+    /// The ECC seed is what the TPM derives from the sent point: KDFe over the ECDH of the
+    /// EK's private key with it (here the test holds that key), "IDENTITY", and both x's.
+    #[test]
+    fn an_ecc_seed_is_the_kdfe_of_the_ecdh_with_the_sent_point() {
+        let ek_key = p256::SecretKey::from_slice(&[9; 32]).unwrap();
+        let ek_point = ek_key.public_key().to_sec1_bytes();
+        let (x, y): ([u8; 32], [u8; 32]) = (
+            ek_point[1..33].try_into().unwrap(),
+            ek_point[33..].try_into().unwrap(),
+        );
+        let (seed, sent) = ecc_seed(&x, &y, &mut getrandom_04::SysRng).unwrap();
+        let mut r = super::super::Reader::new(&sent);
+        let ex = r.tpm2b("x").unwrap();
+        let ey = r.tpm2b("y").unwrap();
+        r.finish("point").unwrap();
+        let theirs = p256::PublicKey::from_sec1_bytes(&[&[0x04][..], ex, ey].concat()).unwrap();
+        let z = p256::ecdh::diffie_hellman(ek_key.to_nonzero_scalar(), theirs.as_affine());
+        assert_eq!(*seed, *kdfe(z.raw_secret_bytes(), b"IDENTITY", ex, &x));
     }
 
     #[test]

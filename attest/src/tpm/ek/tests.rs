@@ -11,11 +11,14 @@ const ROOT: &[u8] = include_bytes!("../../../tests/data/ek/root.pem");
 const NOW: u64 = 1_900_000_000;
 
 fn modulus_of_cert() -> Vec<u8> {
-    certified_modulus(CERT).unwrap()
+    match certified_key(CERT).unwrap() {
+        EkKey::Rsa { modulus } => modulus,
+        other => panic!("{other:?}"),
+    }
 }
 
 fn ek() -> EkPublic {
-    EkPublic::parse(&marshal_ek(&modulus_of_cert())).unwrap()
+    EkPublic::parse(&marshal_rsa_ek(&modulus_of_cert())).unwrap()
 }
 
 fn anchors() -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
@@ -36,7 +39,7 @@ fn another_key_is_a_mismatch_that_names_both() {
     let (roots, intermediates) = anchors();
     let mut other = modulus_of_cert();
     other[100] ^= 1;
-    let other = EkPublic::parse(&marshal_ek(&other)).unwrap();
+    let other = EkPublic::parse(&marshal_rsa_ek(&other)).unwrap();
     let err = verify_ek_certificate(CERT, &other, &roots, &intermediates, NOW).unwrap_err();
     match err {
         EkError::KeyMismatch { certified, tpm } => {
@@ -44,7 +47,10 @@ fn another_key_is_a_mismatch_that_names_both() {
                 certified,
                 <[u8; 32]>::from(Sha256::digest(modulus_of_cert()))
             );
-            assert_eq!(tpm, <[u8; 32]>::from(Sha256::digest(other.modulus())));
+            assert_eq!(
+                tpm,
+                <[u8; 32]>::from(Sha256::digest(other.key().comparable()))
+            );
         }
         other => panic!("{other:?}"),
     }
@@ -120,9 +126,11 @@ fn ca_files_are_pem_or_one_der_certificate() {
 
 #[test]
 fn only_template_l1_keys_are_endorsement_keys() {
-    let good = marshal_ek(&modulus_of_cert());
-    // The template itself (zero modulus) is no key.
-    assert!(EkPublic::parse(&ek_template()).is_err());
+    let good = marshal_rsa_ek(&modulus_of_cert());
+    // The templates themselves (zero modulus, zero point) are no keys.
+    for kind in EkKind::ALL {
+        assert!(EkPublic::parse(&kind.template()).is_err(), "{kind:?}");
+    }
     let with = |offset: usize, byte: u8| {
         let mut b = good.clone();
         b[offset] = byte;
@@ -156,4 +164,31 @@ fn an_identity_round_trips_and_refuses_unknown_fields() {
         r#"{"ak_public":"0102","ek_public":"03","ek_certificate":"04","x":1}"#
     )
     .is_err());
+}
+
+#[test]
+fn template_l2_keys_are_points_on_p256() {
+    let point = p256::SecretKey::from_slice(&[7; 32]).unwrap().public_key();
+    let sec1 = point.to_sec1_bytes();
+    let (x, y) = (sec1[1..33].to_vec(), sec1[33..].to_vec());
+    let good = marshal_ecc_ek(&x, &y);
+    let ek = EkPublic::parse(&good).unwrap();
+    assert_eq!(ek.kind(), EkKind::EccP256);
+    assert_eq!(ek.key().comparable(), &sec1[..]);
+    let mut off_curve = y.clone();
+    off_curve[31] ^= 1;
+    assert!(EkPublic::parse(&marshal_ecc_ek(&x, &off_curve)).is_err());
+    assert!(
+        EkPublic::parse(&marshal_ecc_ek(&x[1..], &y)).is_err(),
+        "short x"
+    );
+    let mut p384 = good.clone();
+    p384[2 + 2 + 4 + 2 + 32 + 8 + 1] = 0x04; // curveID: TPM_ECC_NIST_P384
+    assert!(EkPublic::parse(&p384).is_err());
+    // The RSA certificate does not certify this key.
+    let (roots, intermediates) = anchors();
+    assert!(matches!(
+        verify_ek_certificate(CERT, &ek, &roots, &intermediates, NOW),
+        Err(EkError::KeyMismatch { .. })
+    ));
 }
