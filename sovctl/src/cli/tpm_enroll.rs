@@ -96,6 +96,12 @@ pub enum TpmEnrollError {
     Check(#[source] EkError),
     #[error("making the credential challenge")]
     Challenge(#[source] attest::tpm::credential::CredentialError),
+    #[error(
+        "{} exists: it may hold the secret of a challenge still to be answered (remove it, or \
+         choose another --secret-out)",
+        .path.display()
+    )]
+    SecretExists { path: PathBuf },
     #[error("writing {}", .path.display())]
     Write {
         path: PathBuf,
@@ -125,6 +131,13 @@ pub enum TpmEnrollError {
 
 /// `sovctl attest tpm-challenge`: prints what it wrote.
 pub fn make_challenge(args: &ChallengeArgs, now: u64) -> Result<(), TpmEnrollError> {
+    // The secret file is never overwritten (it may be the one an answer is on its way for):
+    // refused before the challenge file is written, so the two always belong together.
+    if args.secret_out.symlink_metadata().is_ok() {
+        return Err(TpmEnrollError::SecretExists {
+            path: args.secret_out.clone(),
+        });
+    }
     let (identity, digest) = read_identity(&args.identity)?;
     let checked = check(&identity, &args.ca, now)?;
     let (challenge, secret) =
@@ -134,17 +147,19 @@ pub fn make_challenge(args: &ChallengeArgs, now: u64) -> Result<(), TpmEnrollErr
         hex::encode(digest),
         hex::encode(&secret[..])
     ));
-    keyfile::write_new_private(&args.secret_out, line.as_bytes()).map_err(|e| {
-        TpmEnrollError::Write {
-            path: args.secret_out.clone(),
-            source: e.into(),
-        }
-    })?;
     // A struct of two byte strings always serializes.
     let json = serde_json::to_string(&challenge).unwrap_or_default();
     std::fs::write(&args.out, json + "\n").map_err(|e| TpmEnrollError::Write {
         path: args.out.clone(),
         source: e.into(),
+    })?;
+    // The secret last: a challenge file left by a failed run is harmless, and a run made again
+    // writes it anew.
+    keyfile::write_new_private(&args.secret_out, line.as_bytes()).map_err(|e| {
+        TpmEnrollError::Write {
+            path: args.secret_out.clone(),
+            source: e.into(),
+        }
     })?;
     println!(
         "the EK certificate verifies (SHA-256 {}); wrote the challenge {} for the node \

@@ -156,6 +156,13 @@ fn an_ak_is_enrolled_once_its_tpm_answers_the_challenge_under_its_certified_ek()
         text(&refused)
     );
 
+    // A second challenge never overwrites the first one's secret, nor its challenge.
+    let first = std::fs::read(&challenge).unwrap();
+    let (again, ..) = e.challenge(&identity, "1");
+    assert_eq!(again.status.code(), Some(2), "{}", text(&again));
+    assert!(text(&again).contains("exists"), "{}", text(&again));
+    assert_eq!(std::fs::read(&challenge).unwrap(), first);
+
     let answer = activate(&node, &challenge);
     assert!(answer.status.success(), "{}", text(&answer));
     let answer = String::from_utf8(answer.stdout).unwrap().trim().to_string();
