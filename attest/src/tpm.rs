@@ -645,6 +645,7 @@ pub fn put_tpm2b(out: &mut Vec<u8>, bytes: &[u8]) {
 pub mod credential;
 pub mod ek;
 pub mod kdf;
+pub mod secret;
 
 #[cfg(feature = "sim")]
 pub mod sim;

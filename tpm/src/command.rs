@@ -37,8 +37,6 @@ pub(crate) enum Auth {
     None,
     /// The empty-password session.
     Password,
-    /// A policy session, whose policy the TPM checks against the object's.
-    Policy(u32),
     /// Two authorized handles: the first with the empty password, the second in a policy
     /// session (TPM2_ActivateCredential: the AK, then the EK under its policy).
     PasswordThenPolicy(u32),
@@ -110,7 +108,6 @@ impl Command {
         match &self.auth {
             Auth::None => vec![],
             Auth::Password => vec![(TPM_RS_PW, &[][..], 0, &[][..])],
-            Auth::Policy(handle) => vec![(*handle, &[][..], 0, &[][..])],
             Auth::PasswordThenPolicy(handle) => vec![
                 (TPM_RS_PW, &[][..], 0, &[][..]),
                 (*handle, &[][..], 0, &[][..]),

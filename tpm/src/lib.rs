@@ -17,8 +17,8 @@
 //! crosses the bus encrypted.
 //!
 //! Commands are marshalled by hand — this is protocol framing; the cryptography happens inside
-//! the TPM, in RustCrypto's crates for the sessions (P-256 ECDH, HMAC-SHA-256, AES-128-CFB)
-//! and, on the verifier's side, in `attest`. Responses are read with `attest::tpm`'s
+//! the TPM, in RustCrypto's crates for the sessions (P-256 ECDH or RSA-OAEP salts, HMAC-SHA-256,
+//! AES-128-CFB) and, on the verifier's side, in `attest`. Responses are read with `attest::tpm`'s
 //! bounds-checked reader. Every call is blocking: async callers run it on a blocking thread.
 
 mod command;
@@ -101,9 +101,13 @@ pub enum TpmError {
     /// TPM, a cleared owner hierarchy, or something answering in the TPM's place.
     #[error("the TPM's storage key is not the one the secret was sealed under")]
     StorageKeyChanged,
-    /// The operating system's random generator failed (`None`: it gave no valid P-256 key).
+    /// The operating system's random generator failed.
     #[error("the random generator failed")]
     Random(#[source] Option<rand_core::Error>),
+    /// A session's salt could not be shared with the storage key (the random generator
+    /// failed, or the key is not a usable RSA or P-256 key).
+    #[error("salting the session with the storage key")]
+    Salt(#[source] attest::tpm::secret::SecretError),
     /// The TPM's endorsement key or its certificate is not what the enroller accepts.
     #[error("{what}")]
     Endorsement {

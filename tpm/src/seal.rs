@@ -16,8 +16,7 @@
 //!
 //! As with unsealing, TPM2_Create is authorized in a session salted with the storage key, and
 //! its first parameter, which holds the secret, is encrypted (the crate's `session` module):
-//! the secret crosses the CPU–TPM bus as ciphertext (in the clear only under an RSA storage
-//! key, as [`crate::unseal`] says).
+//! the secret crosses the CPU–TPM bus as ciphertext, under an ECC or an RSA storage key.
 
 use crate::command::{create_params, flush_context, Auth, Command};
 use crate::session::{SaltedSession, DECRYPT};
@@ -138,10 +137,7 @@ fn create_sealed<T: Transport + ?Sized>(
         auth: Auth::Password,
         params: create_params(secret, &public),
     };
-    let result = match &parent.point {
-        Some(point) => create_encrypted(t, parent, point, &mut cmd),
-        None => cmd.run(t, 0).map(|(_, params)| params),
-    };
+    let result = create_encrypted(t, parent, &mut cmd);
     cmd.params.zeroize();
     let params = result?;
     let parse = |source| cmd.parse_error(source);
@@ -157,10 +153,9 @@ fn create_sealed<T: Transport + ?Sized>(
 fn create_encrypted<T: Transport + ?Sized>(
     t: &mut T,
     parent: &StorageKey,
-    point: &crate::session::EccPoint,
     cmd: &mut Command,
 ) -> Result<Vec<u8>, TpmError> {
-    let mut session = SaltedSession::start(t, parent.handle, point, TPM_SE_HMAC)?;
+    let mut session = SaltedSession::start(t, parent.handle, &parent.salt, TPM_SE_HMAC)?;
     let response = session
         .authorize(cmd.code, &[&parent.name], &mut cmd.params, DECRYPT)
         .and_then(|auth| {

@@ -22,7 +22,8 @@
 use crate::command::{Auth, Command};
 use crate::transport::Transport;
 use crate::TpmError;
-use attest::tpm::kdf::{hmac_sha256, kdfa, kdfe, DIGEST};
+use attest::tpm::kdf::{hmac_sha256, kdfa, DIGEST};
+use attest::tpm::secret::{ecc_secret, rsa_secret};
 use attest::tpm::{put_tpm2b, Reader, TPM_ALG_NULL, TPM_ALG_SHA256};
 use cfb_mode::cipher::KeyIvInit;
 use hmac::Mac;
@@ -43,11 +44,13 @@ pub(crate) const DECRYPT: u8 = 0x20;
 /// A session attribute: the response's first parameter is encrypted.
 pub(crate) const ENCRYPT: u8 = 0x40;
 
-/// A P-256 public point (TPMS_ECC_POINT), as the storage key's public area holds it.
+/// The public part of the storage key a session is salted with, as its public area holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct EccPoint {
-    pub(crate) x: Vec<u8>,
-    pub(crate) y: Vec<u8>,
+pub(crate) enum SaltKey {
+    /// An ECC P-256 key's point (TPMS_ECC_POINT): the salt is shared by ECDH.
+    Ecc { x: Vec<u8>, y: Vec<u8> },
+    /// An RSA key's modulus (exponent 65537): the salt is sent RSA-OAEP encrypted.
+    Rsa { modulus: Vec<u8> },
 }
 
 /// An open salted session: its handle, key and the TPM's latest nonce.
@@ -60,19 +63,21 @@ pub(crate) struct SaltedSession {
 }
 
 impl SaltedSession {
-    /// TPM2_StartAuthSession of a `kind` session (policy, HMAC) salted with the ECC key loaded
-    /// at `tpm_key`, whose public point is `point`; AES-128-CFB, SHA-256.
+    /// TPM2_StartAuthSession of a `kind` session (policy, HMAC) salted with the key loaded at
+    /// `tpm_key`, whose public part is `salt_key`; AES-128-CFB, SHA-256.
     pub(crate) fn start<T: Transport + ?Sized>(
         t: &mut T,
         tpm_key: u32,
-        point: &EccPoint,
+        salt_key: &SaltKey,
         kind: u8,
     ) -> Result<SaltedSession, TpmError> {
-        let (ephemeral, salt) = ecdh_salt(point)?;
+        let mut rng = getrandom_04::SysRng;
+        let (salt, encrypted_salt) = match salt_key {
+            SaltKey::Ecc { x, y } => ecc_secret(x, y, b"SECRET", &mut rng),
+            SaltKey::Rsa { modulus } => rsa_secret(modulus, b"SECRET", &mut rng),
+        }
+        .map_err(TpmError::Salt)?;
         let nonce_caller = random_nonce()?;
-        let mut encrypted_salt = Vec::new();
-        put_tpm2b(&mut encrypted_salt, &ephemeral.x);
-        put_tpm2b(&mut encrypted_salt, &ephemeral.y);
         let symmetric = [TPM_ALG_AES, 128, TPM_ALG_CFB];
         let (handle, nonce_tpm) =
             start_auth_session(t, tpm_key, &nonce_caller, &encrypted_salt, kind, &symmetric)?;
@@ -226,39 +231,6 @@ fn first_tpm2b(params: &mut [u8]) -> &mut [u8] {
     params.get_mut(2..end).unwrap_or_default()
 }
 
-/// An ephemeral P-256 key's public point and the salt its ECDH with `tpm_key` gives.
-fn ecdh_salt(tpm_key: &EccPoint) -> Result<(EccPoint, Zeroizing<[u8; DIGEST]>), TpmError> {
-    let mut sec1 = vec![0x04];
-    sec1.extend_from_slice(&tpm_key.x);
-    sec1.extend_from_slice(&tpm_key.y);
-    let theirs = p256::PublicKey::from_sec1_bytes(&sec1).map_err(|_| TpmError::Malformed {
-        command: "TPM2_CreatePrimary",
-        reason: "the storage key's public point is not on P-256".into(),
-    })?;
-    let ours = ephemeral_key()?;
-    let z = ours.diffie_hellman(&theirs);
-    let public = ours.public_key().to_sec1_bytes();
-    // Uncompressed SEC1: 0x04 ‖ x ‖ y, 32 bytes each.
-    let ephemeral = EccPoint {
-        x: public[1..33].to_vec(),
-        y: public[33..65].to_vec(),
-    };
-    let salt = kdfe(z.raw_secret_bytes(), b"SECRET", &ephemeral.x, &tpm_key.x);
-    Ok((ephemeral, salt))
-}
-
-/// A random P-256 private key (a random 32-byte string is a valid scalar but for a chance of
-/// about 2⁻³²; a few draws are allowed).
-fn ephemeral_key() -> Result<p256::SecretKey, TpmError> {
-    for _ in 0..4 {
-        let bytes = Zeroizing::new(random_nonce()?);
-        if let Ok(key) = p256::SecretKey::from_slice(&bytes[..]) {
-            return Ok(key);
-        }
-    }
-    Err(TpmError::Random(None))
-}
-
 fn random_nonce() -> Result<[u8; DIGEST], TpmError> {
     let mut nonce = [0; DIGEST];
     OsRng
@@ -267,12 +239,19 @@ fn random_nonce() -> Result<[u8; DIGEST], TpmError> {
     Ok(nonce)
 }
 
-/// The public point of an ECC key's TPMT_PUBLIC (Part 2, §12.2.4), `None` for another type.
-pub(crate) fn ecc_point(public: &[u8]) -> Result<Option<EccPoint>, attest::tpm::TpmError> {
+/// The public part of an ECC or RSA key's TPMT_PUBLIC (Part 2, §12.2.4): its point, or its
+/// modulus (an exponent other than 65537 is refused).
+pub(crate) fn salt_key(public: &[u8]) -> Result<SaltKey, attest::tpm::TpmError> {
+    const TPM_ALG_RSA: u16 = 0x0001;
     const TPM_ALG_ECC: u16 = 0x0023;
     let mut r = Reader::new(public);
-    if r.u16("type")? != TPM_ALG_ECC {
-        return Ok(None);
+    let kind = r.u16("type")?;
+    if kind != TPM_ALG_ECC && kind != TPM_ALG_RSA {
+        return Err(attest::tpm::TpmError::Unsupported {
+            field: "TPMT_PUBLIC.type",
+            got: kind.into(),
+            expected: "TPM_ALG_ECC or TPM_ALG_RSA",
+        });
     }
     r.u16("nameAlg")?;
     r.u32("objectAttributes")?;
@@ -281,16 +260,32 @@ pub(crate) fn ecc_point(public: &[u8]) -> Result<Option<EccPoint>, attest::tpm::
         r.u16("keyBits")?;
         r.u16("mode")?;
     }
-    for what in ["scheme", "curveID", "kdf"] {
-        let alg = r.u16(what)?;
-        if what != "curveID" && alg != TPM_ALG_NULL {
-            r.u16("hashAlg")?;
-        }
+    if r.u16("scheme")? != TPM_ALG_NULL {
+        r.u16("scheme.hashAlg")?;
     }
-    let x = r.tpm2b("unique.x")?.to_vec();
-    let y = r.tpm2b("unique.y")?.to_vec();
+    let key = if kind == TPM_ALG_ECC {
+        r.u16("curveID")?;
+        if r.u16("kdf")? != TPM_ALG_NULL {
+            r.u16("kdf.hashAlg")?;
+        }
+        let x = r.tpm2b("unique.x")?.to_vec();
+        let y = r.tpm2b("unique.y")?.to_vec();
+        SaltKey::Ecc { x, y }
+    } else {
+        r.u16("keyBits")?;
+        let exponent = r.u32("exponent")?;
+        if exponent != 0 && exponent != 65537 {
+            return Err(attest::tpm::TpmError::Unsupported {
+                field: "TPMS_RSA_PARMS.exponent",
+                got: exponent.into(),
+                expected: "0 (65537)",
+            });
+        }
+        let modulus = r.tpm2b("unique.rsa")?.to_vec();
+        SaltKey::Rsa { modulus }
+    };
     r.finish("TPMT_PUBLIC")?;
-    Ok(Some(EccPoint { x, y }))
+    Ok(key)
 }
 
 #[cfg(test)]

@@ -16,12 +16,11 @@
 //! As systemd does, the policy session is salted with the storage key and TPM2_Unseal's
 //! response is encrypted (the crate's `session` module): the secret crosses the bus between
 //! CPU and TPM as ciphertext, and a response altered on the way is refused (its HMAC does not
-//! verify). With an RSA storage key (a TPM without ECC, which the PC Client profile requires
-//! every TPM to have) the session is not salted and the secret crosses in the clear; this
-//! client does not implement RSA-OAEP salting.
+//! verify). Under an ECC storage key the salt is shared by ECDH; under an RSA one (a TPM
+//! without ECC, systemd's fallback) it is sent RSA-OAEP encrypted (`attest::tpm::secret`).
 
 use crate::command::{create_primary, flush_context, Auth, Command};
-use crate::session::{ecc_point, start_auth_session, EccPoint, SaltedSession, ENCRYPT};
+use crate::session::{salt_key, start_auth_session, SaltKey, SaltedSession, ENCRYPT};
 use crate::transport::Transport;
 use crate::TpmError;
 use attest::tpm::{put_tpm2b, Reader, TPM_ALG_NULL, TPM_ALG_SHA256};
@@ -200,10 +199,7 @@ fn unseal_under<T: Transport + ?Sized>(
     selection: &[u8],
 ) -> Result<Secret, TpmError> {
     let (item, name) = load(t, primary.handle, blob)?;
-    let secret = match &primary.point {
-        Some(point) => unseal_encrypted(t, primary.handle, point, item, &name, selection),
-        None => unseal_in_clear(t, item, selection),
-    };
+    let secret = unseal_encrypted(t, primary.handle, &primary.salt, item, &name, selection);
     let flushed = flush_context(t, item);
     let secret = secret?;
     flushed?;
@@ -216,12 +212,12 @@ fn unseal_under<T: Transport + ?Sized>(
 fn unseal_encrypted<T: Transport + ?Sized>(
     t: &mut T,
     primary: u32,
-    point: &EccPoint,
+    salt: &SaltKey,
     item: u32,
     name: &[u8],
     selection: &[u8],
 ) -> Result<Secret, TpmError> {
-    let mut session = SaltedSession::start(t, primary, point, TPM_SE_POLICY)?;
+    let mut session = SaltedSession::start(t, primary, salt, TPM_SE_POLICY)?;
     let secret = policy_pcr(t, session.handle, selection)
         .and_then(|()| unseal_in(t, &mut session, item, name));
     if secret.is_err() {
@@ -256,38 +252,6 @@ fn unseal_in<T: Transport + ?Sized>(
     let mut data = Zeroizing::new(r.tpm2b("outData").map_err(|e| cmd.parse_error(e))?.to_vec());
     session.decrypt_response(&mut data);
     Ok(Secret(data))
-}
-
-/// An unsalted policy session satisfied by the PCRs, then TPM2_Unseal of `item` under it, its
-/// response in the clear (an RSA storage key). The session ends with the command; on an
-/// earlier failure it is flushed here.
-fn unseal_in_clear<T: Transport + ?Sized>(
-    t: &mut T,
-    item: u32,
-    selection: &[u8],
-) -> Result<Secret, TpmError> {
-    let session = start_policy_session(t)?;
-    if let Err(e) = policy_pcr(t, session, selection) {
-        let _ = flush_context(t, session);
-        return Err(e);
-    }
-    let cmd = Command {
-        name: "TPM2_Unseal",
-        code: TPM_CC_UNSEAL,
-        handles: vec![item],
-        auth: Auth::Policy(session),
-        params: Vec::new(),
-    };
-    let result = cmd.run(t, 0);
-    if result.is_err() {
-        // A failed command leaves the session loaded.
-        let _ = flush_context(t, session);
-    }
-    let (_, params) = result?;
-    let params = Zeroizing::new(params);
-    let mut r = Reader::new(&params);
-    let data = r.tpm2b("outData").map_err(|e| cmd.parse_error(e))?;
-    Ok(Secret(Zeroizing::new(data.to_vec())))
 }
 
 pub(crate) fn pcr_bank(name: &str) -> Result<u16, TpmError> {
@@ -363,8 +327,8 @@ fn storage_key_template(alg: PrimaryAlg, srk: Srk) -> Vec<u8> {
 /// A storage key loaded from a storage key template ([`Srk`]).
 pub(crate) struct StorageKey {
     pub(crate) handle: u32,
-    /// Its public point, which salts sessions (`None`: an RSA key).
-    pub(crate) point: Option<EccPoint>,
+    /// Its public point or modulus, which salts sessions.
+    pub(crate) salt: SaltKey,
     /// Its Name (nameAlg ‖ digest of its public area), which a command's cpHash covers.
     pub(crate) name: Vec<u8>,
     /// Its TPM2B_PUBLIC, as a token pins it.
@@ -381,9 +345,9 @@ pub(crate) fn create_storage_key<T: Transport + ?Sized>(
     let (handles, params) = cmd.run(t, 1)?;
     let handle = cmd.first_handle(handles)?;
     match storage_key_public(&params) {
-        Ok((public, point, name)) => Ok(StorageKey {
+        Ok((public, salt, name)) => Ok(StorageKey {
             handle,
-            point,
+            salt,
             name,
             public,
         }),
@@ -395,14 +359,14 @@ pub(crate) fn create_storage_key<T: Transport + ?Sized>(
 }
 
 /// TPM2_CreatePrimary's outPublic (as TPM2B_PUBLIC, and its point) and name.
-type StoragePublic = (Vec<u8>, Option<EccPoint>, Vec<u8>);
+type StoragePublic = (Vec<u8>, SaltKey, Vec<u8>);
 
 /// [`StoragePublic`] from TPM2_CreatePrimary's response parameters; the creation data and
 /// ticket between outPublic and name are skipped (Part 3, §24.1).
 fn storage_key_public(params: &[u8]) -> Result<StoragePublic, attest::tpm::TpmError> {
     let mut r = Reader::new(params);
     let out_public = r.tpm2b("outPublic")?;
-    let point = ecc_point(out_public)?;
+    let point = salt_key(out_public)?;
     let mut public = Vec::new();
     put_tpm2b(&mut public, out_public);
     r.tpm2b("creationData")?;

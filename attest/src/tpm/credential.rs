@@ -21,7 +21,8 @@
 //!   `encIdentity`.
 
 use super::ek::{CheckedIdentity, EkKey, EkKind, EkPublic};
-use super::kdf::{hmac_sha256, kdfa, kdfe, DIGEST};
+use super::kdf::{hmac_sha256, kdfa, DIGEST};
+use super::secret::{ecc_secret, rsa_secret};
 use super::{put_tpm2b, TPM_ALG_SHA256};
 use crate::canonical::hex_bytes;
 use cfb_mode::cipher::KeyIvInit;
@@ -37,20 +38,8 @@ type Aes128CfbEnc = cfb_mode::Encryptor<aes::Aes128>;
 /// most a TPM2B_DIGEST under it may hold.
 pub const SECRET_BYTES: usize = DIGEST;
 
-/// Why a credential could not be made.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum CredentialError {
-    /// The random generator failed.
-    #[error("the random generator failed")]
-    Random,
-    /// RSA-OAEP encryption under the EK failed (the EK's modulus is not a usable RSA key).
-    #[error("RSA-OAEP encryption under the endorsement key failed")]
-    Rsa(#[source] rsa::Error),
-    /// The ECC EK's point is not on P-256.
-    #[error("the endorsement key's point is not on P-256")]
-    EccPoint,
-}
+/// Why a credential could not be made: the seed's sharing failed.
+pub use super::secret::SecretError as CredentialError;
 
 /// The name of a TPM object with a SHA-256 name algorithm: the algorithm's identifier, then
 /// SHA-256 of its TPMT_PUBLIC (Part 1, §16). This is what TPM2_ActivateCredential compares.
@@ -85,61 +74,14 @@ pub fn make_credential<R: TryCryptoRng + ?Sized>(
     rng: &mut R,
 ) -> Result<Challenge, CredentialError> {
     let (seed, encrypted_secret) = match ek.key() {
-        EkKey::Rsa { modulus } => rsa_seed(modulus, rng)?,
-        EkKey::EccP256 { x, y } => ecc_seed(x, y, rng)?,
+        EkKey::Rsa { modulus } => rsa_secret(modulus, b"IDENTITY", rng)?,
+        EkKey::EccP256 { x, y } => ecc_secret(x, y, b"IDENTITY", rng)?,
     };
     Ok(Challenge {
         ek: ek.kind(),
         credential_blob: credential_blob(&seed[..], name, secret),
         encrypted_secret,
     })
-}
-
-type Seed = Zeroizing<[u8; DIGEST]>;
-
-/// A random seed and its RSA-OAEP encryption under the EK's `modulus` (exponent 65537).
-fn rsa_seed<R: TryCryptoRng + ?Sized>(
-    modulus: &[u8],
-    rng: &mut R,
-) -> Result<(Seed, Vec<u8>), CredentialError> {
-    let mut seed = Zeroizing::new([0u8; DIGEST]);
-    rng.try_fill_bytes(&mut seed[..])
-        .map_err(|_| CredentialError::Random)?;
-    let key = rsa::PublicKey::new(
-        rsa::BoxedUint::from_be_slice_vartime(modulus),
-        rsa::BoxedUint::from(65537u32),
-    )
-    .map_err(CredentialError::Rsa)?;
-    let padding = rsa::Oaep::<sha2_011::Sha256>::new_with_label(b"IDENTITY\0".to_vec());
-    let encrypted = key
-        .encrypt(rng, padding, &seed[..])
-        .map_err(CredentialError::Rsa)?;
-    Ok((seed, encrypted))
-}
-
-/// The seed an ephemeral P-256 key's ECDH with the EK point (`x`, `y`) gives, and that
-/// ephemeral key's point as a TPMS_ECC_POINT.
-fn ecc_seed<R: TryCryptoRng + ?Sized>(
-    x: &[u8; 32],
-    y: &[u8; 32],
-    rng: &mut R,
-) -> Result<(Seed, Vec<u8>), CredentialError> {
-    use p256::elliptic_curve::Generate as _;
-    let ek = p256::PublicKey::from_sec1_bytes(&[&[0x04][..], x, y].concat())
-        .map_err(|_| CredentialError::EccPoint)?;
-    let ephemeral = p256::ecdh::EphemeralSecret::try_generate_from_rng(rng)
-        .map_err(|_| CredentialError::Random)?;
-    let z = ephemeral.diffie_hellman(&ek);
-    // Uncompressed SEC1: 04 ‖ x ‖ y.
-    let point = ephemeral.public_key().to_sec1_bytes();
-    let (Some(ex), Some(ey)) = (point.get(1..33), point.get(33..65)) else {
-        return Err(CredentialError::EccPoint);
-    };
-    let seed = kdfe(z.raw_secret_bytes(), b"IDENTITY", ex, x);
-    let mut encrypted = Vec::with_capacity(68);
-    put_tpm2b(&mut encrypted, ex);
-    put_tpm2b(&mut encrypted, ey);
-    Ok((seed, encrypted))
 }
 
 /// The TPM2B_ID_OBJECT's contents for `seed`, `name` and `secret` (the module doc's steps).
@@ -216,13 +158,14 @@ mod tests {
             ek_point[1..33].try_into().unwrap(),
             ek_point[33..].try_into().unwrap(),
         );
-        let (seed, sent) = ecc_seed(&x, &y, &mut getrandom_04::SysRng).unwrap();
+        let (seed, sent) = ecc_secret(&x, &y, b"IDENTITY", &mut getrandom_04::SysRng).unwrap();
         let mut r = super::super::Reader::new(&sent);
         let ex = r.tpm2b("x").unwrap();
         let ey = r.tpm2b("y").unwrap();
         r.finish("point").unwrap();
         let theirs = p256::PublicKey::from_sec1_bytes(&[&[0x04][..], ex, ey].concat()).unwrap();
         let z = p256::ecdh::diffie_hellman(ek_key.to_nonzero_scalar(), theirs.as_affine());
+        let kdfe = super::super::kdf::kdfe;
         assert_eq!(*seed, *kdfe(z.raw_secret_bytes(), b"IDENTITY", ex, &x));
     }
 
