@@ -410,6 +410,14 @@ impl Header {
             "dynamic" => None,
             s => Some(decimal("segment 0 size", s)?),
         };
+        // A fixed size is whole sectors of the segment (cryptsetup writes no other): a part
+        // sector would be dropped, and the volume end short of what the header says.
+        if let Some(size) = size.filter(|&n| n == 0 || n % u64::from(ss) != 0) {
+            return Err(invalid(
+                "segment 0 size",
+                format!("{size} is not a positive multiple of the sector size {ss}"),
+            ));
+        }
         // dm-crypt counts the data's start in 512-byte sectors: another offset would be
         // rounded down, and the volume mapped from the wrong byte.
         let offset = decimal("segment 0 offset", &raw.offset)?;
@@ -1541,6 +1549,31 @@ mod tests {
         assert!(
             matches!(&err, LuksError::Invalid { field, .. } if field == "segment 0 offset"),
             "{err:?}"
+        );
+    }
+
+    #[test]
+    fn a_segment_size_that_is_not_whole_sectors_is_refused() {
+        let c = Container::pbkdf2();
+        let with_size = |size: &str| {
+            let mut bytes = std::fs::read(&c.image).unwrap();
+            rewrite_json(&mut bytes, |j| {
+                j["segments"]["0"]["size"] = size.into();
+            });
+            Header::read(&mut io::Cursor::new(bytes)).unwrap().segment()
+        };
+        for bad in ["1048577", "1048320", "0"] {
+            let err = with_size(bad).unwrap_err();
+            assert!(
+                matches!(&err, LuksError::Invalid { field, .. } if field == "segment 0 size"),
+                "{bad}: {err:?}"
+            );
+        }
+        let sector = with_size("1048576").unwrap().sector_size;
+        assert_eq!(
+            with_size("1048576").unwrap().size,
+            Some(1 << 20),
+            "{sector}"
         );
     }
 

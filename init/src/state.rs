@@ -117,6 +117,17 @@ pub enum StateError {
         /// Where the data segment starts.
         offset: u64,
     },
+    /// The header's fixed data size does not fit in the partition.
+    #[error(
+        "the state volume's header says {wanted} data sectors, the partition holds {available} \
+         after its header"
+    )]
+    SegmentBeyondPartition {
+        /// Sectors the header's segment size asks for.
+        wanted: u64,
+        /// Sectors from the segment's start to the partition's end.
+        available: u64,
+    },
     /// device-mapper refused the dm-crypt device.
     #[error("setting up the dm-crypt device {NAME}")]
     Dm(#[source] DmError),
@@ -514,8 +525,13 @@ fn crypt_table(
         .checked_sub(offset)
         .filter(|&n| n > 0)
         .ok_or(StateError::TooSmall { sectors, offset })?;
-    let length = match segment.size {
-        Some(bytes) => (bytes / SECTOR).min(available),
+    let length = match segment.size.map(|bytes| bytes / SECTOR) {
+        // A fixed size beyond the partition is a header for another disk, or a truncated
+        // one: mapped short, the file system would meet its end early.
+        Some(wanted) if wanted > available => {
+            return Err(StateError::SegmentBeyondPartition { wanted, available })
+        }
+        Some(wanted) => wanted,
         None => available,
     };
     // The key in hex, written straight into a buffer sized for the longest table (never
@@ -651,6 +667,18 @@ mod tests {
         )
         .unwrap();
         assert_eq!(fixed.sectors, 2048);
+        assert!(matches!(
+            crypt_table(
+                &segment(CIPHER, 512, Some(1 << 30)),
+                &[1; 32],
+                dev,
+                1_046_528
+            ),
+            Err(StateError::SegmentBeyondPartition {
+                wanted: 2_097_152,
+                available: 1_013_760
+            })
+        ));
         assert!(matches!(
             crypt_table(&segment(CIPHER, 512, None), &[1; 32], dev, 32_768),
             Err(StateError::TooSmall {
