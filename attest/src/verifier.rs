@@ -187,6 +187,10 @@ pub struct VerifierConfig {
     pub min_gpus: usize,
     /// Whether a GPU without an attestation report is contraindicated (else a warning).
     pub require_gpu_reports: bool,
+    /// Whether the node's attestation key must be anchored in its TPM maker's EK certificate
+    /// (the enrollment names one, `tpm_ek_certificate_sha256`): a node whose AK is the
+    /// operator's word alone, or that has none, is contraindicated (`tpm-ak-not-anchored`).
+    pub require_tpm_ek: bool,
     /// Evidence older than this (seconds, by its `iat`) is stale.
     pub max_age: u64,
     /// Evidence `iat` may be this far in the future (clock skew).
@@ -466,6 +470,9 @@ impl Verifier {
         self.appraise_freshness(claims, expected_nonce, now, nonce_state, acc);
         acc.raise(InstanceIdentity, tier::AFFIRMING);
         let quoted = if node_ok {
+            if self.config.require_tpm_ek {
+                require_anchored_ak(claims, acc);
+            }
             appraise_tpm(claims, expected_nonce, acc)
         } else {
             refuse_unverified_ak(claims, acc)
@@ -969,6 +976,21 @@ fn appraise_tpm(
             );
             None
         }
+    }
+}
+
+/// For a relying party that trusts only AKs proven to sit beside a certified EK: the
+/// enrollment must name the EK certificate its authority checked.
+fn require_anchored_ak(claims: &EvidenceClaims, acc: &mut Acc) {
+    let enrollment = &claims.enrollment.claims;
+    if enrollment.tpm_ak.is_none() || enrollment.tpm_ek_certificate_sha256.is_none() {
+        acc.fail(
+            Claim::Hardware,
+            tier::CONTRAINDICATED,
+            "tpm-ak-not-anchored",
+            "the enrollment binds no TPM attestation key anchored in its maker's EK \
+             certificate (sovctl attest tpm-challenge), and this verifier requires one",
+        );
     }
 }
 

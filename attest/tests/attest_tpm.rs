@@ -52,6 +52,11 @@ fn claims(tpm_ak: Option<Vec<u8>>) -> EnrollmentClaims {
 
 /// A verifier whose manifest lists `hostd` and the given PCR references.
 fn verifier(pcr_refs: &[(&str, [u8; 32])]) -> Verifier {
+    Verifier::new(config(pcr_refs)).unwrap()
+}
+
+/// [`verifier`]'s configuration.
+fn config(pcr_refs: &[(&str, [u8; 32])]) -> VerifierConfig {
     let release = SigningKey::from_bytes(&[3; 32]);
     let mut measurements = BTreeMap::from([("hostd".to_string(), [0xaa; 32])]);
     for (name, v) in pcr_refs {
@@ -68,18 +73,18 @@ fn verifier(pcr_refs: &[(&str, [u8; 32])]) -> Verifier {
     let reference =
         ReferenceValues::from_signed_manifest(&manifest, &[release.verifying_key()], vec![])
             .unwrap();
-    Verifier::new(VerifierConfig {
+    VerifierConfig {
         enrollment_authorities: vec![EnrollmentAuthority::from_seed(&[1; 32]).verifying_key()],
         revoked_nodes: BTreeSet::new(),
         nvidia_roots: vec![],
         reference,
         min_gpus: 0,
         require_gpu_reports: false,
+        require_tpm_ek: false,
         max_age: 300,
         max_clock_skew: 30,
         signing_key: SigningKey::from_bytes(&[4; 32]),
-    })
-    .unwrap()
+    }
 }
 
 /// Evidence with `hostd` measured, extra (self-reported) measurements and an optional quote.
@@ -441,4 +446,29 @@ fn an_ek_certificate_digest_is_kept_and_needs_an_ak() {
         err.to_string().contains("tpm_ek_certificate_sha256"),
         "{err}"
     );
+}
+
+/// A verifier that requires EK-anchored AKs refuses an AK on the operator's word alone, and a
+/// node without one, and affirms the same quote once the enrollment names the EK certificate.
+#[test]
+fn a_verifier_may_require_the_ak_to_be_anchored_in_an_ek_certificate() {
+    let v = Verifier::new(VerifierConfig {
+        require_tpm_ek: true,
+        ..config(&[("pcr.11", PCRS[2])])
+    })
+    .unwrap();
+    let quote = || Some(ak().quote(&NONCE, &PCRS));
+    let ar = appraise(&v, &evidence(with_ak(), &[], quote()));
+    let detail = reason(&ar, "tpm-ak-not-anchored", "hardware");
+    assert!(detail.contains("EK certificate"), "{detail}");
+    let ar = appraise(&v, &evidence(enrollment(None), &[], None));
+    reason(&ar, "tpm-ak-not-anchored", "hardware");
+    let anchored = EnrollmentAuthority::from_seed(&[1; 32])
+        .issue(EnrollmentClaims {
+            tpm_ek_certificate_sha256: Some([0x5e; 32]),
+            ..claims(Some(ak().public_area()))
+        })
+        .unwrap();
+    let ar = appraise(&v, &evidence(anchored, &[], quote()));
+    assert_eq!(ar.status(), Status::Affirming, "{:?}", ar.result.reasons);
 }

@@ -173,6 +173,7 @@ impl Fx {
             reference,
             min_gpus,
             require_gpu_reports: true,
+            require_tpm_ek: false,
             max_age: 300,
             max_clock_skew: 30,
             signing_key: self.verifier_key.clone(),

@@ -65,6 +65,7 @@ fn verifier(pcr11: [u8; 32]) -> Verifier {
         .unwrap(),
         min_gpus: 0,
         require_gpu_reports: false,
+        require_tpm_ek: false,
         max_age: 300,
         max_clock_skew: 30,
         signing_key: SigningKey::from_bytes(&[4; 32]),

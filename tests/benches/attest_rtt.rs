@@ -51,6 +51,7 @@ fn scenario(gpus: &str) {
         enrollment_authority: d("enrollment-authority.key.pub"),
         min_gpus: 0,
         require_gpu_reports: true,
+        require_tpm_ek: false,
         max_age: 300,
         verifier_key: d("verifier.key"),
         nonce_log: None,

@@ -86,6 +86,10 @@ pub struct TrustArgs {
     /// A GPU without an attestation report is contraindicated (default: a warning).
     #[arg(long)]
     pub require_gpu_reports: bool,
+    /// The node's TPM attestation key must be anchored in its maker's EK certificate (the
+    /// enrollment names one: `sovctl attest tpm-challenge`); otherwise contraindicated.
+    #[arg(long)]
+    pub require_tpm_ek: bool,
     /// Evidence older than this many seconds is stale.
     #[arg(long, default_value_t = 300)]
     pub max_age: u64,
@@ -375,6 +379,7 @@ pub fn build_verifier(t: &TrustArgs, now: u64) -> Result<Verifier, TrustError> {
         reference,
         min_gpus: t.min_gpus,
         require_gpu_reports: t.require_gpu_reports,
+        require_tpm_ek: t.require_tpm_ek,
         max_age: t.max_age,
         max_clock_skew: 30,
         signing_key,

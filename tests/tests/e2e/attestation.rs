@@ -163,6 +163,17 @@ fn cc_node_attests_affirming_with_derived_gpu_nonces_and_refuses_replay_and_tamp
     assert_eq!(out.status.code(), Some(1));
     assert!(reasons(&status_of(&out)).contains(&"gpu-root-untrusted".into()));
 
+    // A relying party that trusts only AKs anchored in a TPM maker's EK certificate refuses
+    // the dev node, whose enrollment binds no TPM at all.
+    let out = sovctl(
+        &node,
+        "operator",
+        &["--json", "attest", "--nonce-random", "--require-tpm-ek"],
+        &t,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(reasons(&status_of(&out)).contains(&"tpm-ak-not-anchored".into()));
+
     // RIMs are reference values only with a valid signature up to the RIM root.
     let without_root: Vec<String> = {
         let i = t.iter().position(|a| a == "--rim-root").unwrap();
