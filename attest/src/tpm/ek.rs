@@ -40,8 +40,8 @@ pub const EK_ECC_CERT_NV_INDEX: u32 = 0x01c0_000a;
 /// The EK's object attributes in templates L-1 and L-2: fixedTPM, fixedParent, sensitiveDataOrigin,
 /// adminWithPolicy, restricted, decrypt. No userWithAuth: the EK is used only under its policy.
 pub const EK_ATTRIBUTES: u32 = 0x0003_00b2;
-/// The EK's authPolicy in templates L-1 and L-2: PolicySecret(TPM_RH_ENDORSEMENT), so only whoever can
-/// authorize the endorsement hierarchy may use the key.
+/// The EK's authPolicy in templates L-1 and L-2: PolicySecret(TPM_RH_ENDORSEMENT), so only
+/// whoever can authorize the endorsement hierarchy may use the key.
 pub const EK_AUTH_POLICY: [u8; 32] = [
     0x83, 0x71, 0x97, 0x67, 0x44, 0x84, 0xb3, 0xf8, 0x1a, 0x90, 0xcc, 0x8d, 0x46, 0xa5, 0xd7, 0x24,
     0xfd, 0x52, 0xd7, 0x6e, 0x06, 0x52, 0x0b, 0x64, 0xf2, 0xa1, 0xda, 0x1b, 0x33, 0x14, 0x69, 0xaa,
@@ -522,8 +522,8 @@ pub struct TpmIdentity {
 }
 
 /// A [`TpmIdentity`] whose parts were checked: the AK is in the profile, the EK is template
-/// L-1's or L-2's, and its certificate verifies to a trusted maker root. That the AK lives in the same
-/// TPM is what the credential challenge ([`super::credential`]) is still to show.
+/// L-1's or L-2's, and its certificate verifies to a trusted maker root. That the AK lives in
+/// the same TPM is what the credential challenge ([`super::credential`]) is still to show.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckedIdentity {
     /// The attestation key.

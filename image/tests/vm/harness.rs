@@ -356,6 +356,9 @@ impl Fixture {
                 "--rim-root",
                 &f("rim-root.pem"),
                 "--require-gpu-reports",
+                // The node's AK was enrolled against its TPM's certified EK (Fixture::enroll):
+                // a verifier that takes no AK on the operator's word affirms it.
+                "--require-tpm-ek",
                 "--min-gpus",
                 "1",
             ],

@@ -120,7 +120,10 @@ pub enum TpmEnrollError {
         hex::encode(given)
     )]
     OtherIdentity { made_for: [u8; 32], given: [u8; 32] },
-    #[error("--tpm-answer: not {SECRET_BYTES} bytes of hex (or a file holding them), as `hostd tpm-activate` prints")]
+    #[error(
+        "--tpm-answer: not {SECRET_BYTES} bytes of hex (or a file holding them), as `hostd \
+         tpm-activate` prints"
+    )]
     AnswerSyntax,
     #[error(
         "the answer is not the challenge's secret: the attestation key is not in the TPM whose \

@@ -1,6 +1,6 @@
 //! The public-area parser (the KDFs' known answers are `attest::tpm::kdf`'s tests). That the
-//! TPM derives the same keys is what the swtpm tests of `seal` and `unseal` show: a wrong salt or session key
-//! fails the command's HMAC there.
+//! TPM derives the same keys is what the swtpm tests of `seal` and `unseal` show: a wrong salt
+//! or session key fails the command's HMAC there.
 
 use super::*;
 
