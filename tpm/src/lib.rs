@@ -103,7 +103,7 @@ pub enum TpmError {
     StorageKeyChanged,
     /// The operating system's random generator failed.
     #[error("the random generator failed")]
-    Random(#[source] Option<rand_core::Error>),
+    Random(#[source] rand_core::Error),
     /// A session's salt could not be shared with the storage key (the random generator
     /// failed, or the key is not a usable RSA or P-256 key).
     #[error("salting the session with the storage key")]

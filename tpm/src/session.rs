@@ -233,9 +233,7 @@ fn first_tpm2b(params: &mut [u8]) -> &mut [u8] {
 
 fn random_nonce() -> Result<[u8; DIGEST], TpmError> {
     let mut nonce = [0; DIGEST];
-    OsRng
-        .try_fill_bytes(&mut nonce)
-        .map_err(|e| TpmError::Random(Some(e)))?;
+    OsRng.try_fill_bytes(&mut nonce).map_err(TpmError::Random)?;
     Ok(nonce)
 }
 
