@@ -614,12 +614,8 @@ fn reference(args: ReferenceArgs) -> CmdResult {
 }
 
 /// A value given inline or as the path of a file holding it.
-fn hex_or_file(arg: &str) -> Result<String, Fail> {
-    if Path::new(arg).is_file() {
-        std::fs::read_to_string(arg).map_err(|e| usage(format!("{arg}: {e}", e = report(&e))))
-    } else {
-        Ok(arg.to_string())
-    }
+fn hex_or_file(arg: &str) -> Result<Zeroizing<String>, Fail> {
+    super::inline_or_file(arg).map_err(|e| usage(format!("{arg}: {e}", e = report(&e))))
 }
 
 /// `--tpm-ak`: hex TPMT_PUBLIC (inline or in a file), checked against the AK profile here so

@@ -129,3 +129,13 @@ pub fn print_json(v: &impl serde::Serialize) -> Result<(), Fail> {
     println!("{text}");
     Ok(())
 }
+
+/// A value given inline or as the path of a file holding it (keys, a TPM's answer), read
+/// into memory that is wiped when dropped.
+pub(crate) fn inline_or_file(arg: &str) -> std::io::Result<zeroize::Zeroizing<String>> {
+    if Path::new(arg).is_file() {
+        std::fs::read_to_string(arg).map(zeroize::Zeroizing::new)
+    } else {
+        Ok(zeroize::Zeroizing::new(arg.to_string()))
+    }
+}

@@ -269,16 +269,10 @@ fn read_secret(path: &Path) -> Result<([u8; 32], Zeroizing<[u8; SECRET_BYTES]>),
 }
 
 fn read_answer(arg: &str) -> Result<Zeroizing<[u8; SECRET_BYTES]>, TpmEnrollError> {
-    let text = if Path::new(arg).is_file() {
-        Zeroizing::new(
-            std::fs::read_to_string(arg).map_err(|source| TpmEnrollError::Read {
-                path: arg.into(),
-                source,
-            })?,
-        )
-    } else {
-        Zeroizing::new(arg.to_string())
-    };
+    let text = super::inline_or_file(arg).map_err(|source| TpmEnrollError::Read {
+        path: arg.into(),
+        source,
+    })?;
     let mut out = Zeroizing::new([0u8; SECRET_BYTES]);
     hex::decode_to_slice(text.trim(), &mut out[..]).map_err(|_| TpmEnrollError::AnswerSyntax)?;
     Ok(out)
