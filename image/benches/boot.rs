@@ -11,7 +11,8 @@
 //! library) for the node's material, and builds the image's two hostd itself (the release one
 //! takes minutes, once): `cargo bench --profile dev -p image --bench boot` after the tests, or
 //! `cargo build --release -p hostd -p sovctl -p fake-nvml && cargo bench -p image --bench boot`.
-//! `SOVEREIGN_BOOT_ROUNDS` (default 3) sets the number of reboots. With `SOVEREIGN_VM_DEBUG=1`
+//! `SOVEREIGN_BOOT_ROUNDS` (default 3) sets the number of reboots, `SOVEREIGN_BOOT_IMAGES`
+//! (`release`, `debug` or `both`, the default) which images boot. With `SOVEREIGN_VM_DEBUG=1`
 //! the images send their journal to the console (slower boots) and each boot's
 //! `systemd-analyze blame` is printed, read off that console.
 
@@ -66,22 +67,35 @@ fn row(name: &str, boots: &[Boot]) {
     println!("{name:14} | {} | mean reboot {mean:4.1}", cells.join(" | "));
 }
 
+/// The images `SOVEREIGN_BOOT_IMAGES` names: `release` (the production hostd only, for the
+/// boot target's figure in half the time), `debug`, or both (the default, side by side).
+fn selected_images() -> Vec<(&'static str, &'static str, HostdBuild)> {
+    let debug = ("debug hostd", "image-boot-debug", HostdBuild::Debug);
+    let release = ("release hostd", "image-boot-release", HostdBuild::Release);
+    match std::env::var("SOVEREIGN_BOOT_IMAGES").as_deref() {
+        Ok("release") => vec![release],
+        Ok("debug") => vec![debug],
+        Ok("both") | Err(std::env::VarError::NotPresent) => vec![debug, release],
+        Ok(other) => refuse(&format!("={other}: expected release, debug or both")),
+        Err(e) => refuse(&format!(": {e}")),
+    }
+}
+
+fn refuse(what: &str) -> ! {
+    eprintln!("SOVEREIGN_BOOT_IMAGES{what}");
+    std::process::exit(2)
+}
+
 fn main() {
     let rounds: usize = std::env::var("SOVEREIGN_BOOT_ROUNDS")
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or(3)
         .max(1);
-    let images = [
-        (
-            "debug hostd",
-            Fixture::build_in("image-boot-debug", HostdBuild::Debug),
-        ),
-        (
-            "release hostd",
-            Fixture::build_in("image-boot-release", HostdBuild::Release),
-        ),
-    ];
+    let images: Vec<(&str, Fixture)> = selected_images()
+        .into_iter()
+        .map(|(name, folder, build)| (name, Fixture::build_in(folder, build)))
+        .collect();
     let mut figures: Vec<Vec<Boot>> = images.iter().map(|_| Vec::new()).collect();
     for round in 0..=rounds {
         for ((name, fx), boots) in images.iter().zip(&mut figures) {
