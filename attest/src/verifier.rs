@@ -29,7 +29,8 @@ use crate::ear::{
 };
 use crate::eventlog::{EventLog, EventLogError};
 use crate::evidence::{
-    evidence_digest, gpu_nonce, Evidence, EvidenceClaims, EvidenceError, GpuClaims, HexBytes,
+    evidence_digest, gpu_nonce, Evidence, EvidenceClaims, EvidenceError, GpuClaims, GpuReport,
+    HexBytes,
 };
 use crate::identity::{self, IdentityError};
 use crate::manifest::{ImageManifest, ManifestError, SignedImageManifest};
@@ -704,6 +705,8 @@ impl Verifier {
         })
     }
 
+    /// One GPU's appraisal: its signed report (chain, signature, nonce), the claims beside it
+    /// against what it signed, then its measurements against the reference RIMs.
     fn appraise_gpu(
         &self,
         gpu: &GpuClaims,
@@ -712,136 +715,166 @@ impl Verifier {
         now: u64,
         acc: &mut Acc,
     ) {
-        use Claim::Hardware;
-        let uuid = &gpu.uuid;
         let Some(report) = &gpu.report else {
-            if self.config.require_gpu_reports {
-                acc.fail(
-                    Hardware,
-                    tier::CONTRAINDICATED,
-                    "gpu-report-missing",
-                    format!("{uuid}: no attestation report"),
-                );
-            } else {
-                acc.fail(
-                    Hardware,
-                    tier::WARNING,
-                    "gpu-not-attestable",
-                    format!("{uuid}: no attestation report"),
-                );
-            }
+            self.missing_gpu_report(&gpu.uuid, acc);
             return;
         };
-        let nonce = gpu_nonce(expected_nonce, uuid, node_pk);
-        let result = SpdmReport::parse(&report.spdm)
-            .map_err(GpuReportError::Malformed)
-            .and_then(|parsed| {
-                let chain = self.verify_gpu_chain(&report.cert_chain, now)?;
-                verify_report_with_chain(parsed, &chain, &nonce)
-            });
-        let parsed = match result {
-            Ok(r) => r,
+        let nonce = gpu_nonce(expected_nonce, &gpu.uuid, node_pk);
+        let parsed = match self.verify_gpu_report(report, &nonce, now) {
+            Ok(parsed) => parsed,
             Err(e) => {
-                let (v, code) = match &e {
-                    GpuReportError::Malformed(_) => (tier::CONTRAINDICATED, "gpu-report-malformed"),
-                    GpuReportError::Chain(ChainError::UntrustedRoot) => {
-                        (tier::UNRECOGNIZED, "gpu-root-untrusted")
-                    }
-                    GpuReportError::Chain(_) => (tier::CONTRAINDICATED, "gpu-chain-invalid"),
-                    GpuReportError::Signature(_) => {
-                        (tier::CONTRAINDICATED, "gpu-report-signature-invalid")
-                    }
-                    GpuReportError::FwidMismatch => (tier::CONTRAINDICATED, "gpu-fwid-mismatch"),
-                    GpuReportError::NonceMismatch { .. } => {
-                        (tier::CONTRAINDICATED, "gpu-nonce-mismatch")
-                    }
-                };
-                acc.fail(Hardware, v, code, format!("{uuid}: {e}"));
+                let (tier, code) = gpu_report_failure(&e);
+                acc.fail(Claim::Hardware, tier, code, format!("{}: {e}", gpu.uuid));
                 return;
             }
         };
         let driver = parsed.opaque.driver_version();
         let vbios = parsed.opaque.vbios_version();
-        if driver.as_deref() != Some(gpu.driver_version.as_str()) {
-            acc.fail(
-                Hardware,
-                tier::CONTRAINDICATED,
-                "gpu-claims-inconsistent",
-                format!(
-                    "{uuid}: claimed driver {:?}, signed report says {:?}",
-                    gpu.driver_version, driver
-                ),
-            );
-        }
-        if !vbios
-            .as_deref()
-            .is_some_and(|v| v.eq_ignore_ascii_case(&gpu.vbios_version))
-        {
-            acc.fail(
-                Hardware,
-                tier::CONTRAINDICATED,
-                "gpu-claims-inconsistent",
-                format!(
-                    "{uuid}: claimed VBIOS {:?}, signed report says {:?}",
-                    gpu.vbios_version, vbios
-                ),
-            );
-        }
+        check_gpu_claims(gpu, driver.as_deref(), vbios.as_deref(), acc);
         let mut rim_problem = false;
         for (kind, version) in [("VBIOS", vbios), ("driver", driver)] {
             let Some(version) = version else { continue };
-            let (rims, expired): (Vec<&Rim>, Vec<&Rim>) = self
-                .config
-                .reference
-                .gpu_rims
-                .iter()
-                .filter(|r| r.colloquial_version.eq_ignore_ascii_case(&version))
-                .partition(|r| {
-                    r.signer()
-                        .is_some_and(|s| s.valid_from <= now && now <= s.valid_until)
-                });
-            if rims.is_empty() {
-                rim_problem = true;
-                if expired.is_empty() {
-                    acc.fail(
-                        Hardware,
-                        tier::WARNING,
-                        "gpu-rim-unavailable",
-                        format!("{uuid}: no {kind} RIM for version {version}"),
-                    );
-                } else {
-                    // A reference whose signer is no longer valid is not a reference: the
-                    // GPU may be fine, but nothing current vouches for its measurements.
-                    acc.fail(
-                        Hardware,
-                        tier::WARNING,
-                        "gpu-rim-expired",
-                        format!(
-                            "{uuid}: the {kind} RIM for version {version} is signed by a \
-                             certificate that is not valid now; fetch a current RIM"
-                        ),
-                    );
-                }
-            }
-            for rim in rims {
-                let cmp = rim.compare(&parsed);
-                if !cmp.is_match() {
-                    rim_problem = true;
-                    acc.fail(
-                        Hardware,
-                        tier::CONTRAINDICATED,
-                        "gpu-measurement-mismatch",
-                        format!(
-                            "{uuid}: {kind} RIM {} ({version}): indices {:?} differ, {:?} missing",
-                            rim.tag_id, cmp.mismatched, cmp.missing
-                        ),
-                    );
-                }
-            }
+            rim_problem |= self.compare_gpu_rims(&gpu.uuid, kind, &version, &parsed, now, acc);
         }
         if !rim_problem {
-            acc.raise(Hardware, tier::AFFIRMING);
+            acc.raise(Claim::Hardware, tier::AFFIRMING);
         }
+    }
+
+    /// A GPU without a report: contraindicated where the relying party requires reports,
+    /// else a warning (it may be a GPU that cannot attest).
+    fn missing_gpu_report(&self, uuid: &str, acc: &mut Acc) {
+        let (tier, code) = if self.config.require_gpu_reports {
+            (tier::CONTRAINDICATED, "gpu-report-missing")
+        } else {
+            (tier::WARNING, "gpu-not-attestable")
+        };
+        acc.fail(
+            Claim::Hardware,
+            tier,
+            code,
+            format!("{uuid}: no attestation report"),
+        );
+    }
+
+    /// The report parsed, its certificate chain verified up to a trusted root at `now`, and
+    /// its signature, FWID and nonce checked.
+    fn verify_gpu_report(
+        &self,
+        report: &GpuReport,
+        nonce: &[u8; 32],
+        now: u64,
+    ) -> Result<SpdmReport, GpuReportError> {
+        let parsed = SpdmReport::parse(&report.spdm).map_err(GpuReportError::Malformed)?;
+        let chain = self.verify_gpu_chain(&report.cert_chain, now)?;
+        verify_report_with_chain(parsed, &chain, nonce)
+    }
+
+    /// Compares the report with the reference RIMs for one of its versions (`kind` is
+    /// "VBIOS" or "driver"). Returns whether anything kept the GPU from affirming: no current
+    /// RIM, or a measurement that differs.
+    fn compare_gpu_rims(
+        &self,
+        uuid: &str,
+        kind: &str,
+        version: &str,
+        report: &SpdmReport,
+        now: u64,
+        acc: &mut Acc,
+    ) -> bool {
+        use Claim::Hardware;
+        let (rims, expired): (Vec<&Rim>, Vec<&Rim>) = self
+            .config
+            .reference
+            .gpu_rims
+            .iter()
+            .filter(|r| r.colloquial_version.eq_ignore_ascii_case(version))
+            .partition(|r| {
+                r.signer()
+                    .is_some_and(|s| s.valid_from <= now && now <= s.valid_until)
+            });
+        if rims.is_empty() {
+            if expired.is_empty() {
+                acc.fail(
+                    Hardware,
+                    tier::WARNING,
+                    "gpu-rim-unavailable",
+                    format!("{uuid}: no {kind} RIM for version {version}"),
+                );
+            } else {
+                // A reference whose signer is no longer valid is not a reference: the
+                // GPU may be fine, but nothing current vouches for its measurements.
+                acc.fail(
+                    Hardware,
+                    tier::WARNING,
+                    "gpu-rim-expired",
+                    format!(
+                        "{uuid}: the {kind} RIM for version {version} is signed by a \
+                         certificate that is not valid now; fetch a current RIM"
+                    ),
+                );
+            }
+            return true;
+        }
+        let mut mismatch = false;
+        for rim in rims {
+            let cmp = rim.compare(report);
+            if !cmp.is_match() {
+                mismatch = true;
+                acc.fail(
+                    Hardware,
+                    tier::CONTRAINDICATED,
+                    "gpu-measurement-mismatch",
+                    format!(
+                        "{uuid}: {kind} RIM {} ({version}): indices {:?} differ, {:?} missing",
+                        rim.tag_id, cmp.mismatched, cmp.missing
+                    ),
+                );
+            }
+        }
+        mismatch
+    }
+}
+
+/// The tier and reason code for a GPU report that failed verification. An unknown root is
+/// `unrecognized` (the relying party may trust another); everything else is contraindicated.
+fn gpu_report_failure(e: &GpuReportError) -> (i8, &'static str) {
+    match e {
+        GpuReportError::Malformed(_) => (tier::CONTRAINDICATED, "gpu-report-malformed"),
+        GpuReportError::Chain(ChainError::UntrustedRoot) => {
+            (tier::UNRECOGNIZED, "gpu-root-untrusted")
+        }
+        GpuReportError::Chain(_) => (tier::CONTRAINDICATED, "gpu-chain-invalid"),
+        GpuReportError::Signature(_) => (tier::CONTRAINDICATED, "gpu-report-signature-invalid"),
+        GpuReportError::FwidMismatch => (tier::CONTRAINDICATED, "gpu-fwid-mismatch"),
+        GpuReportError::NonceMismatch { .. } => (tier::CONTRAINDICATED, "gpu-nonce-mismatch"),
+    }
+}
+
+/// The driver and VBIOS versions the node claims must be the ones the GPU signed.
+fn check_gpu_claims(gpu: &GpuClaims, driver: Option<&str>, vbios: Option<&str>, acc: &mut Acc) {
+    let uuid = &gpu.uuid;
+    if driver != Some(gpu.driver_version.as_str()) {
+        acc.fail(
+            Claim::Hardware,
+            tier::CONTRAINDICATED,
+            "gpu-claims-inconsistent",
+            format!(
+                "{uuid}: claimed driver {:?}, signed report says {:?}",
+                gpu.driver_version, driver
+            ),
+        );
+    }
+    if !vbios.is_some_and(|v| v.eq_ignore_ascii_case(&gpu.vbios_version)) {
+        acc.fail(
+            Claim::Hardware,
+            tier::CONTRAINDICATED,
+            "gpu-claims-inconsistent",
+            format!(
+                "{uuid}: claimed VBIOS {:?}, signed report says {:?}",
+                gpu.vbios_version, vbios
+            ),
+        );
     }
 }
 
