@@ -3,7 +3,12 @@
 //! GPU gauges use dcgm-exporter's names and labels (`DCGM_FI_DEV_GPU_UTIL{gpu, UUID, device,
 //! modelName, Hostname}`) so existing Grafana dashboards work unchanged; hostd adds `tenant`
 //! and `lease` labels for leased GPUs, and its own `hostd_*` series.
+//!
+//! [`render`] gathers what the node knows; the text itself is written by pure functions over
+//! that data, so the format is tested without a node.
 
+use crate::gpu::{GpuInfo, GpuSample};
+use crate::lease::{Lease, LeaseState};
 use crate::node::{holder, Node};
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
@@ -18,149 +23,192 @@ fn esc(v: &str) -> String {
 /// Renders every metric. Sampling errors are reported as `hostd_gpu_up 0`, never as gaps
 /// that look like zeros.
 pub fn render(node: &Node) -> String {
-    let mut out = String::new();
     let host = esc(&node.config().node.name);
     let leases = node.leases().unwrap_or_default();
-    let gpus = node.inventory().unwrap_or_default();
-    let families: [(&str, &str, &str); 6] = [
-        ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %)."),
-        (
-            "DCGM_FI_DEV_FB_USED",
-            "gauge",
-            "Framebuffer memory used (in MiB).",
-        ),
-        (
-            "DCGM_FI_DEV_FB_FREE",
-            "gauge",
-            "Framebuffer memory free (in MiB).",
-        ),
-        ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W)."),
-        (
-            "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-            "counter",
-            "Total energy consumption since boot (in mJ).",
-        ),
-        ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C)."),
-    ];
-    let mut rows: Vec<Vec<String>> = vec![Vec::new(); families.len()];
-    let mut up = Vec::new();
-    for g in &gpus {
-        let mut labels = format!(
-            "gpu=\"{}\",UUID=\"{}\",device=\"nvidia{}\",modelName=\"{}\",Hostname=\"{}\"",
-            g.index,
-            esc(&g.uuid),
-            g.minor_number.unwrap_or(g.index),
-            esc(&g.name),
-            host
+    let scrapes: Vec<GpuScrape> = node
+        .inventory()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|info| GpuScrape {
+            labels: gpu_labels(&info, holder(&leases, &info.uuid), &host),
+            sample: node.gpus().sample(&info.uuid).ok(),
+            info,
+        })
+        .collect();
+    let mut out = render_gpus(&scrapes);
+    render_counters(&mut out, &host, &node_counters(node, &leases));
+    out
+}
+
+/// One GPU at this scrape: its inventory, its labels, and its sample if NVML answered.
+struct GpuScrape {
+    info: GpuInfo,
+    labels: String,
+    sample: Option<GpuSample>,
+}
+
+/// A dcgm-exporter series: name, type, help, and its value from one GPU's sample (`None`
+/// where the GPU does not report it, so the series has no row rather than a false zero).
+struct GpuFamily {
+    name: &'static str,
+    kind: &'static str,
+    help: &'static str,
+    value: fn(&GpuInfo, &GpuSample) -> Option<String>,
+}
+
+const MIB: u64 = 1024 * 1024;
+
+const GPU_FAMILIES: [GpuFamily; 6] = [
+    GpuFamily {
+        name: "DCGM_FI_DEV_GPU_UTIL",
+        kind: "gauge",
+        help: "GPU utilization (in %).",
+        value: |_, s| Some(s.utilization_pct.to_string()),
+    },
+    GpuFamily {
+        name: "DCGM_FI_DEV_FB_USED",
+        kind: "gauge",
+        help: "Framebuffer memory used (in MiB).",
+        value: |_, s| Some((s.memory_used_bytes / MIB).to_string()),
+    },
+    GpuFamily {
+        name: "DCGM_FI_DEV_FB_FREE",
+        kind: "gauge",
+        help: "Framebuffer memory free (in MiB).",
+        value: |g, s| {
+            let free = g.memory_total_bytes.saturating_sub(s.memory_used_bytes);
+            Some((free / MIB).to_string())
+        },
+    },
+    GpuFamily {
+        name: "DCGM_FI_DEV_POWER_USAGE",
+        kind: "gauge",
+        help: "Power draw (in W).",
+        value: |_, s| {
+            s.power_mw
+                .map(|mw| format!("{:.3}", f64::from(mw) / 1000.0))
+        },
+    },
+    GpuFamily {
+        name: "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        kind: "counter",
+        help: "Total energy consumption since boot (in mJ).",
+        value: |_, s| s.total_energy_mj.map(|mj| mj.to_string()),
+    },
+    GpuFamily {
+        name: "DCGM_FI_DEV_GPU_TEMP",
+        kind: "gauge",
+        help: "GPU temperature (in C).",
+        value: |_, s| s.temperature_c.map(|t| t.to_string()),
+    },
+];
+
+/// dcgm-exporter's labels for a GPU, with `tenant` and `lease` where a lease holds it.
+fn gpu_labels(g: &GpuInfo, lease: Option<&Lease>, host: &str) -> String {
+    let mut labels = format!(
+        "gpu=\"{}\",UUID=\"{}\",device=\"nvidia{}\",modelName=\"{}\",Hostname=\"{}\"",
+        g.index,
+        esc(&g.uuid),
+        g.minor_number.unwrap_or(g.index),
+        esc(&g.name),
+        host
+    );
+    if let Some(l) = lease {
+        let _ = write!(
+            labels,
+            ",tenant=\"{}\",lease=\"{}\"",
+            esc(&l.tenant),
+            esc(&l.id)
         );
-        if let Some(l) = holder(&leases, &g.uuid) {
-            let _ = write!(
-                labels,
-                ",tenant=\"{}\",lease=\"{}\"",
-                esc(&l.tenant),
-                esc(&l.id)
-            );
-        }
-        match node.gpus().sample(&g.uuid) {
-            Ok(s) => {
-                up.push(format!("hostd_gpu_up{{{labels}}} 1"));
-                let mib = |b: u64| b / (1024 * 1024);
-                rows[0].push(format!(
-                    "{}{{{labels}}} {}",
-                    families[0].0, s.utilization_pct
-                ));
-                rows[1].push(format!(
-                    "{}{{{labels}}} {}",
-                    families[1].0,
-                    mib(s.memory_used_bytes)
-                ));
-                rows[2].push(format!(
-                    "{}{{{labels}}} {}",
-                    families[2].0,
-                    mib(g.memory_total_bytes.saturating_sub(s.memory_used_bytes))
-                ));
-                if let Some(mw) = s.power_mw {
-                    rows[3].push(format!(
-                        "{}{{{labels}}} {:.3}",
-                        families[3].0,
-                        f64::from(mw) / 1000.0
-                    ));
-                }
-                if let Some(mj) = s.total_energy_mj {
-                    rows[4].push(format!("{}{{{labels}}} {mj}", families[4].0));
-                }
-                if let Some(t) = s.temperature_c {
-                    rows[5].push(format!("{}{{{labels}}} {t}", families[5].0));
-                }
-            }
-            Err(_) => up.push(format!("hostd_gpu_up{{{labels}}} 0")),
-        }
     }
-    for ((name, kind, help), rows) in families.iter().zip(rows) {
+    labels
+}
+
+/// The GPU series, each family's rows together, then `hostd_gpu_up` for every GPU.
+fn render_gpus(gpus: &[GpuScrape]) -> String {
+    let mut out = String::new();
+    for family in &GPU_FAMILIES {
+        let (name, kind, help) = (family.name, family.kind, family.help);
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        for r in rows {
-            let _ = writeln!(out, "{r}");
+        for g in gpus {
+            let Some(sample) = &g.sample else { continue };
+            if let Some(v) = (family.value)(&g.info, sample) {
+                let _ = writeln!(out, "{name}{{{}}} {v}", g.labels);
+            }
         }
     }
-    let _ = writeln!(out, "# HELP hostd_gpu_up Whether the GPU answered NVML at this scrape.\n# TYPE hostd_gpu_up gauge");
-    for r in up {
-        let _ = writeln!(out, "{r}");
+    let _ = writeln!(
+        out,
+        "# HELP hostd_gpu_up Whether the GPU answered NVML at this scrape.\n\
+         # TYPE hostd_gpu_up gauge"
+    );
+    for g in gpus {
+        let up = u8::from(g.sample.is_some());
+        let _ = writeln!(out, "hostd_gpu_up{{{}}} {up}", g.labels);
     }
+    out
+}
+
+/// One of hostd's own series: name, type, help, value.
+type Counter = (&'static str, &'static str, &'static str, u64);
+
+/// hostd's own series: leases, the ledger, and the meter's counters since start.
+fn node_counters(node: &Node, leases: &[Lease]) -> [Counter; 7] {
     let active = leases
         .iter()
-        .filter(|l| l.state == crate::lease::LeaseState::Active)
-        .count();
-    let size = node.with_ledger(|l| l.size());
+        .filter(|l| l.state == LeaseState::Active)
+        .count() as u64;
     let st = &node.stats;
-    let counters = [
-        (
-            "hostd_leases_active",
-            "gauge",
-            "Active leases.",
-            active as u64,
-        ),
+    let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    [
+        ("hostd_leases_active", "gauge", "Active leases.", active),
         (
             "hostd_ledger_records",
             "gauge",
             "Records in the signed usage log.",
-            size,
+            node.with_ledger(|l| l.size()),
         ),
         (
             "hostd_meter_ticks_total",
             "counter",
             "Metering rounds.",
-            st.ticks.load(Ordering::Relaxed),
+            load(&st.ticks),
         ),
         (
             "hostd_meter_samples_total",
             "counter",
             "GPU samples taken.",
-            st.samples.load(Ordering::Relaxed),
+            load(&st.samples),
         ),
         (
             "hostd_meter_sample_errors_total",
             "counter",
             "GPU samples that failed.",
-            st.sample_errors.load(Ordering::Relaxed),
+            load(&st.sample_errors),
         ),
         (
             "hostd_meter_energy_anomalies_total",
             "counter",
             "Energy counters seen going backwards.",
-            st.energy_anomalies.load(Ordering::Relaxed),
+            load(&st.energy_anomalies),
         ),
         (
             "hostd_usage_records_total",
             "counter",
             "Usage records appended since start.",
-            st.records.load(Ordering::Relaxed),
+            load(&st.records),
         ),
-    ];
+    ]
+}
+
+fn render_counters(out: &mut String, host: &str, counters: &[Counter]) {
     for (name, kind, help, v) in counters {
         let _ = writeln!(
             out,
             "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{Hostname=\"{host}\"}} {v}"
         );
     }
-    out
 }
+
+#[cfg(test)]
+mod tests;
