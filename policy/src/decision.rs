@@ -8,7 +8,7 @@
 use crate::cidr::canonical_ip;
 use crate::jurisdiction::Jurisdiction;
 use crate::model::{Action, ClearanceRequirement, Endpoint, Mode, Policy, Rule, Version};
-use crate::request::{Destination, Node, Request};
+use crate::request::{Destination, Node, Operator, Request};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -236,34 +236,10 @@ pub fn decide(policy: &Policy, req: &Request) -> Decision {
     let action = req.action();
     let data = req.data();
     let tenant = req.tenant();
-    let kind = match action {
-        Action::Place => DataKind::Dataset,
-        Action::Store => DataKind::Artifact,
-        Action::Egress => DataKind::Data,
-        Action::OperatorAccess => DataKind::Resource,
-    };
-    let deny = |attribute: Attribute, expected: String, actual: String| Decision {
-        allowed: false,
-        mode: Mode::Enforce,
-        violation: false,
-        action,
-        reasons: vec![Reason {
-            verdict: Verdict::Denied,
-            rule: None,
-            attribute,
-            data_kind: kind,
-            data: data.id.clone(),
-            classification: data.classification.clone(),
-            subject: format!("tenant {tenant}"),
-            expected,
-            actual,
-        }],
-        matched_rules: Vec::new(),
-        policy_digest: policy.digest_text.clone(),
-    };
-
     let Some(class) = policy.classification_index(&data.classification) else {
-        return deny(
+        return denial(
+            policy,
+            req,
             Attribute::Classification,
             policy.classifications.join(", "),
             data.classification.clone(),
@@ -271,7 +247,9 @@ pub fn decide(policy: &Policy, req: &Request) -> Decision {
     };
     let rules = policy.rules_for(action, class, tenant);
     let Some(first) = rules.first() else {
-        return deny(
+        return denial(
+            policy,
+            req,
             Attribute::NoRule,
             "a rule".to_string(),
             format!(
@@ -284,7 +262,7 @@ pub fn decide(policy: &Policy, req: &Request) -> Decision {
     let home = policy.tenant(tenant).map(|t| t.home);
     let mut cx = Ctx {
         rule,
-        kind,
+        kind: data_kind(action),
         data: &data.id,
         class: &data.classification,
         verdict_fail: match rule.mode {
@@ -294,77 +272,18 @@ pub fn decide(policy: &Policy, req: &Request) -> Decision {
         passed: Vec::new(),
         failed: Vec::new(),
     };
-
     match req {
         Request::Place { node, .. } | Request::Store { node, .. } => {
-            check_node(&mut cx, node, home, class);
+            check_node(&mut cx, node, home);
         }
-        Request::Egress { destination, .. } => {
-            let (endpoint, subject, jur) = resolve(policy, destination);
-            match endpoint {
-                Some(e) if rule.exempt.contains(&e.id) => {
-                    cx.check(
-                        true,
-                        Attribute::Exemption,
-                        &subject,
-                        rule.exempt.join(", "),
-                        e.id.clone(),
-                    );
-                }
-                _ => {
-                    let ok = admits(rule, home, jur);
-                    let actual = match jur {
-                        Some(j) => j.to_string(),
-                        None => "an unknown jurisdiction".to_string(),
-                    };
-                    cx.check(
-                        ok,
-                        Attribute::Jurisdiction,
-                        &subject,
-                        expected_places(rule, home),
-                        actual,
-                    );
-                }
-            }
-        }
+        Request::Egress { destination, .. } => check_egress(&mut cx, policy, destination, home),
         Request::OperatorAccess { operator, .. } => {
-            let subject = format!("operator {}", operator.id);
-            let (jur, actual) = parse_place(&operator.nationality);
-            cx.check(
-                jur.is_some() && admits(rule, home, jur),
-                Attribute::Nationality,
-                &subject,
-                expected_places(rule, home),
-                actual,
-            );
-            if let Some(req) = rule.clearance {
-                let need = match req {
-                    ClearanceRequirement::AtLeast(ix) => ix as usize,
-                    ClearanceRequirement::Data => class,
-                };
-                let have = policy.classification_index(&operator.clearance);
-                cx.check(
-                    have.is_some_and(|h| h >= need),
-                    Attribute::Clearance,
-                    &subject,
-                    format!("at least {}", policy.classifications[need]),
-                    if have.is_some() {
-                        operator.clearance.clone()
-                    } else {
-                        format!(
-                            "'{}' (not a classification of this policy)",
-                            operator.clearance
-                        )
-                    },
-                );
-            }
+            check_operator(&mut cx, policy, operator, home, class);
         }
     }
-
     let violated = !cx.failed.is_empty();
-    let allowed = !violated || rule.mode == Mode::Audit;
     Decision {
-        allowed,
+        allowed: !violated || rule.mode == Mode::Audit,
         mode: rule.mode,
         violation: violated && rule.mode == Mode::Audit,
         action,
@@ -377,7 +296,125 @@ pub fn decide(policy: &Policy, req: &Request) -> Decision {
     }
 }
 
-fn check_node(cx: &mut Ctx<'_>, node: &Node, home: Option<Jurisdiction>, _class: usize) {
+/// What kind of data an action concerns, as the reasons name it.
+fn data_kind(action: Action) -> DataKind {
+    match action {
+        Action::Place => DataKind::Dataset,
+        Action::Store => DataKind::Artifact,
+        Action::Egress => DataKind::Data,
+        Action::OperatorAccess => DataKind::Resource,
+    }
+}
+
+/// A denial before any rule applies (the classification is unknown, or no rule covers the
+/// request), with its one reason. Deny by default: such a request is never allowed.
+fn denial(
+    policy: &Policy,
+    req: &Request,
+    attribute: Attribute,
+    expected: String,
+    actual: String,
+) -> Decision {
+    let action = req.action();
+    let data = req.data();
+    Decision {
+        allowed: false,
+        mode: Mode::Enforce,
+        violation: false,
+        action,
+        reasons: vec![Reason {
+            verdict: Verdict::Denied,
+            rule: None,
+            attribute,
+            data_kind: data_kind(action),
+            data: data.id.clone(),
+            classification: data.classification.clone(),
+            subject: format!("tenant {}", req.tenant()),
+            expected,
+            actual,
+        }],
+        matched_rules: Vec::new(),
+        policy_digest: policy.digest_text.clone(),
+    }
+}
+
+/// Egress: an endpoint the rule exempts passes by name; anything else by the jurisdiction
+/// its address or name resolves to.
+fn check_egress(
+    cx: &mut Ctx<'_>,
+    policy: &Policy,
+    destination: &Destination,
+    home: Option<Jurisdiction>,
+) {
+    let rule = cx.rule;
+    let (endpoint, subject, jur) = resolve(policy, destination);
+    if let Some(e) = endpoint.filter(|e| rule.exempt.contains(&e.id)) {
+        cx.check(
+            true,
+            Attribute::Exemption,
+            &subject,
+            rule.exempt.join(", "),
+            e.id.clone(),
+        );
+        return;
+    }
+    let actual = match jur {
+        Some(j) => j.to_string(),
+        None => "an unknown jurisdiction".to_string(),
+    };
+    cx.check(
+        admits(rule, home, jur),
+        Attribute::Jurisdiction,
+        &subject,
+        expected_places(rule, home),
+        actual,
+    );
+}
+
+/// Operator access: the operator's nationality, and their clearance where the rule asks
+/// for one (a fixed level, or at least the data's own classification).
+fn check_operator(
+    cx: &mut Ctx<'_>,
+    policy: &Policy,
+    operator: &Operator,
+    home: Option<Jurisdiction>,
+    class: usize,
+) {
+    let rule = cx.rule;
+    let subject = format!("operator {}", operator.id);
+    let (jur, actual) = parse_place(&operator.nationality);
+    cx.check(
+        jur.is_some() && admits(rule, home, jur),
+        Attribute::Nationality,
+        &subject,
+        expected_places(rule, home),
+        actual,
+    );
+    let Some(requirement) = rule.clearance else {
+        return;
+    };
+    let need = match requirement {
+        ClearanceRequirement::AtLeast(ix) => ix as usize,
+        ClearanceRequirement::Data => class,
+    };
+    let have = policy.classification_index(&operator.clearance);
+    cx.check(
+        have.is_some_and(|h| h >= need),
+        Attribute::Clearance,
+        &subject,
+        format!("at least {}", policy.classifications[need]),
+        if have.is_some() {
+            operator.clearance.clone()
+        } else {
+            format!(
+                "'{}' (not a classification of this policy)",
+                operator.clearance
+            )
+        },
+    );
+}
+
+fn check_node(cx: &mut Ctx<'_>, node: &Node, home: Option<Jurisdiction>) {
     let rule = cx.rule;
     let subject = format!("node {}", node.id);
     let (jur, actual) = parse_place(&node.jurisdiction);
