@@ -460,14 +460,50 @@ fn canonical_subset(
     Ok(out)
 }
 
-/// Check the enveloped signature of `doc` (see the module docs for the profile).
+/// Check the enveloped signature of `doc` (see the module docs for the profile): the
+/// reference's digest over the document without its signature, the signer's chain up to
+/// `roots` at `now`, and the signature over the canonical SignedInfo.
 fn verify_signature(
     doc: &Document<'_>,
     roots: &[Vec<u8>],
     now: u64,
 ) -> Result<RimSigner, RimSignatureError> {
-    let signatures = find_signatures(doc);
-    let signature = match signatures.as_slice() {
+    let signature = enveloped_signature(doc)?;
+    let parts = elements(signature)?;
+    let signed_info = expect(&parts, 0, "SignedInfo")?;
+    let signature_value = expect(&parts, 1, "SignatureValue")?;
+    let key_info = expect(&parts, 2, "KeyInfo")?;
+    if parts.len() > 3 {
+        return Err(structure("ds:Object or other content after ds:KeyInfo"));
+    }
+    let (c14n, reference) = parse_signed_info(signed_info)?;
+    let (reference_c14n, digest_value) = parse_reference(reference)?;
+    // The reference: the whole document minus the Signature element.
+    let content = canonical_subset(doc, None, Some(signature), &reference_c14n)?;
+    if Sha384::digest(&content).as_slice() != digest_value.as_slice() {
+        return Err(RimSignatureError::DigestMismatch);
+    }
+    let chain = CertChain::from_der_list(&signer_certificates(key_info)?)?;
+    let verified = chain.verify(roots, now)?;
+    let signed = canonical_subset(doc, Some(signed_info), None, &c14n)?;
+    let sig_bytes = decode_b64(signature_value, "SignatureValue")?;
+    // XML-DSig ECDSA values are r || s, 48 bytes each for P-384 (RFC 4050 §3.3).
+    let sig = p384::ecdsa::Signature::from_slice(&sig_bytes)
+        .map_err(|_| RimSignatureError::BadSignature)?;
+    verified
+        .leaf_key
+        .verify(&signed, &sig)
+        .map_err(|_| RimSignatureError::BadSignature)?;
+    Ok(RimSigner {
+        subject: chain.leaf_subject(),
+        valid_from: verified.valid_from,
+        valid_until: verified.valid_until,
+    })
+}
+
+/// The document's one Signature element, which must be a child of the root (enveloped).
+fn enveloped_signature<'a, 'i>(doc: &'a Document<'i>) -> Result<Node<'a, 'i>, RimSignatureError> {
+    let signature = match find_signatures(doc).as_slice() {
         [] => return Err(RimSignatureError::Unsigned),
         [one] => *one,
         more => {
@@ -482,14 +518,14 @@ fn verify_signature(
             "the Signature element is not a child of the root element (not enveloped)",
         ));
     }
-    let parts = elements(signature)?;
-    let signed_info = expect(&parts, 0, "SignedInfo")?;
-    let signature_value = expect(&parts, 1, "SignatureValue")?;
-    let key_info = expect(&parts, 2, "KeyInfo")?;
-    if parts.len() > 3 {
-        return Err(structure("ds:Object or other content after ds:KeyInfo"));
-    }
+    Ok(signature)
+}
 
+/// SignedInfo: its canonicalization, ECDSA-SHA384 as the signature method, and its one
+/// Reference, which must cover the whole document.
+fn parse_signed_info<'a, 'i>(
+    signed_info: Node<'a, 'i>,
+) -> Result<(C14nAlgorithm, Node<'a, 'i>), RimSignatureError> {
     let si = elements(signed_info)?;
     let c14n = c14n_algorithm(
         algorithm(expect(&si, 0, "CanonicalizationMethod")?)?,
@@ -511,6 +547,12 @@ fn verify_signature(
             "the Reference must cover the whole document (URI=\"\")",
         ));
     }
+    Ok((c14n, reference))
+}
+
+/// The Reference: its transforms (enveloped-signature, then a canonicalization) and its
+/// SHA-384 digest value.
+fn parse_reference(reference: Node<'_, '_>) -> Result<(C14nAlgorithm, Vec<u8>), RimSignatureError> {
     let r = elements(reference)?;
     let transforms = elements(expect(&r, 0, "Transforms")?)?;
     let digest_method = algorithm(expect(&r, 1, "DigestMethod")?)?;
@@ -544,14 +586,11 @@ fn verify_signature(
             )))
         }
     };
+    Ok((reference_c14n, digest_value))
+}
 
-    // The reference: the whole document minus the Signature element.
-    let content = canonical_subset(doc, None, Some(signature), &reference_c14n)?;
-    if Sha384::digest(&content).as_slice() != digest_value.as_slice() {
-        return Err(RimSignatureError::DigestMismatch);
-    }
-
-    // The signer: KeyInfo/X509Data certificates, leaf first.
+/// The signer's certificates from KeyInfo/X509Data, leaf first (1 to [`MAX_CERTS`]).
+fn signer_certificates(key_info: Node<'_, '_>) -> Result<Vec<Vec<u8>>, RimSignatureError> {
     let x509_data = elements(key_info)?
         .into_iter()
         .find(|n| is(*n, XMLDSIG_NS, "X509Data"))
@@ -567,23 +606,7 @@ fn verify_signature(
             certs.len()
         )));
     }
-    let chain = CertChain::from_der_list(&certs)?;
-    let verified = chain.verify(roots, now)?;
-
-    let signed = canonical_subset(doc, Some(signed_info), None, &c14n)?;
-    let sig_bytes = decode_b64(signature_value, "SignatureValue")?;
-    // XML-DSig ECDSA values are r || s, 48 bytes each for P-384 (RFC 4050 §3.3).
-    let sig = p384::ecdsa::Signature::from_slice(&sig_bytes)
-        .map_err(|_| RimSignatureError::BadSignature)?;
-    verified
-        .leaf_key
-        .verify(&signed, &sig)
-        .map_err(|_| RimSignatureError::BadSignature)?;
-    Ok(RimSigner {
-        subject: chain.leaf_subject(),
-        valid_from: verified.valid_from,
-        valid_until: verified.valid_until,
-    })
+    Ok(certs)
 }
 
 /// Sign a RIM the way NVIDIA does (see the module docs), for simulators and tests: inserts
