@@ -103,71 +103,29 @@ fn process_chunk(job: ChunkJob) -> ChunkResult {
 /// roots at each of `sizes` and the leaf hashes of `leaves` on the calling thread.
 /// `progress` is called with the number of bytes done so far.
 pub fn stream_records(
-    mut reader: impl Read,
+    reader: impl Read,
     sizes: &[u64],
     leaves: &[u64],
     mut progress: impl FnMut(u64),
 ) -> Result<StreamOutcome, StreamError> {
-    let mut sizes: Vec<u64> = sizes.to_vec();
-    sizes.sort_unstable();
-    sizes.dedup();
-    let mut leaves: Vec<u64> = leaves.to_vec();
-    leaves.sort_unstable();
-    leaves.dedup();
     let workers = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1)
         .clamp(1, 8);
-    let mut out = StreamOutcome::default();
-    let mut builder = RootBuilder::new();
-    let (mut next_size, mut next_leaf) = (0usize, 0usize);
+    let mut chunker = Chunker::new(reader);
+    let mut collector = Collector::new(sizes, leaves);
     let mut done_bytes = 0u64;
-
     std::thread::scope(|scope| -> Result<(), StreamError> {
-        let mut to_workers = Vec::with_capacity(workers);
-        let mut from_workers = Vec::with_capacity(workers);
-        for _ in 0..workers {
-            let (jtx, jrx) = mpsc::channel::<ChunkJob>();
-            let (rtx, rrx) = mpsc::channel::<ChunkResult>();
-            scope.spawn(move || {
-                for job in jrx {
-                    if rtx.send(process_chunk(job)).is_err() {
-                        break;
-                    }
-                }
-            });
-            to_workers.push(jtx);
-            from_workers.push(rrx);
-        }
-        let mut spare: Vec<Vec<u8>> = Vec::new();
-        let mut carry: Vec<u8> = Vec::new();
+        let (to_workers, from_workers) = spawn_workers(scope, workers);
+        // Chunks go to the workers in turn and come back in the same turn, so results are
+        // folded in record order; at most two per worker are in flight.
         let mut in_flight = std::collections::VecDeque::new();
         let mut seq = 0usize;
-        let mut eof = false;
-        let mut next_index = 0u64;
         loop {
-            while !eof && in_flight.len() < 2 * workers {
-                let mut buf = spare.pop().unwrap_or_default();
-                buf.clear();
-                buf.append(&mut carry);
-                let (data, tail, at_eof) = read_chunk(&mut reader, buf)?;
-                eof = at_eof;
-                carry = tail;
-                if data.is_empty() {
-                    spare.push(data);
-                    continue;
-                }
-                let mut lines = data.iter().filter(|&&b| b == b'\n').count() as u64;
-                if data.last() != Some(&b'\n') {
-                    // Only possible at EOF: an unterminated last line.
-                    out.unterminated = true;
-                    lines += 1;
-                }
-                let job = ChunkJob {
-                    first_index: next_index,
-                    data,
+            while in_flight.len() < 2 * workers {
+                let Some(job) = chunker.next_job()? else {
+                    break;
                 };
-                next_index += lines;
                 to_workers[seq % workers]
                     .send(job)
                     .map_err(|_| StreamError::WorkerStopped)?;
@@ -177,43 +135,170 @@ pub fn stream_records(
             let Some(s) = in_flight.pop_front() else {
                 break;
             };
-            let r = from_workers[s % workers]
+            let result = from_workers[s % workers]
                 .recv()
                 .map_err(|_| StreamError::WorkerStopped)?;
-            for h in r.leaf_hashes {
-                let i = builder.size();
-                while next_size < sizes.len() && sizes[next_size] <= i {
-                    if sizes[next_size] == i {
-                        out.roots.insert(i, builder.root());
-                    }
-                    next_size += 1;
-                }
-                while next_leaf < leaves.len() && leaves[next_leaf] <= i {
-                    if leaves[next_leaf] == i {
-                        out.leaf_hashes.insert(i, h);
-                    }
-                    next_leaf += 1;
-                }
-                builder.push_leaf_hash(h)?;
-            }
-            out.totals.merge(r.totals);
-            out.bad_records += r.bad;
-            for p in r.problems {
-                if out.problems.len() < MAX_LISTED_PROBLEMS {
-                    out.problems.push(p);
-                }
-            }
-            done_bytes += r.data.len() as u64;
+            done_bytes += result.data.len() as u64;
+            let buffer = collector.absorb(result)?;
             progress(done_bytes);
-            spare.push(r.data);
+            chunker.recycle(buffer);
         }
         Ok(())
     })?;
-    out.lines = builder.size();
-    if sizes.binary_search(&out.lines).is_ok() {
-        out.roots.insert(out.lines, builder.root());
-    }
+    let mut out = collector.finish();
+    out.unterminated = chunker.unterminated;
     Ok(out)
+}
+
+/// `n` worker threads in `scope`, each hashing and checking the chunks sent to it, in order.
+fn spawn_workers<'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    n: usize,
+) -> (
+    Vec<mpsc::Sender<ChunkJob>>,
+    Vec<mpsc::Receiver<ChunkResult>>,
+) {
+    let mut to_workers = Vec::with_capacity(n);
+    let mut from_workers = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (jtx, jrx) = mpsc::channel::<ChunkJob>();
+        let (rtx, rrx) = mpsc::channel::<ChunkResult>();
+        scope.spawn(move || {
+            for job in jrx {
+                if rtx.send(process_chunk(job)).is_err() {
+                    break;
+                }
+            }
+        });
+        to_workers.push(jtx);
+        from_workers.push(rrx);
+    }
+    (to_workers, from_workers)
+}
+
+/// Cuts the input into chunks of whole lines, numbering each chunk's first line; buffers
+/// come back through [`Chunker::recycle`], so memory stays at a few chunks per worker.
+struct Chunker<R> {
+    reader: R,
+    carry: Vec<u8>,
+    spare: Vec<Vec<u8>>,
+    eof: bool,
+    next_index: u64,
+    /// The input's last line has no newline.
+    unterminated: bool,
+}
+
+impl<R: Read> Chunker<R> {
+    fn new(reader: R) -> Self {
+        Chunker {
+            reader,
+            carry: Vec::new(),
+            spare: Vec::new(),
+            eof: false,
+            next_index: 0,
+            unterminated: false,
+        }
+    }
+
+    /// The next chunk, or `None` once the input is read.
+    fn next_job(&mut self) -> Result<Option<ChunkJob>, StreamError> {
+        while !self.eof {
+            let mut buf = self.spare.pop().unwrap_or_default();
+            buf.clear();
+            buf.append(&mut self.carry);
+            let (data, tail, at_eof) = read_chunk(&mut self.reader, buf)?;
+            self.eof = at_eof;
+            self.carry = tail;
+            if data.is_empty() {
+                self.spare.push(data);
+                continue;
+            }
+            let mut lines = data.iter().filter(|&&b| b == b'\n').count() as u64;
+            if data.last() != Some(&b'\n') {
+                // Only possible at EOF: an unterminated last line.
+                self.unterminated = true;
+                lines += 1;
+            }
+            let job = ChunkJob {
+                first_index: self.next_index,
+                data,
+            };
+            self.next_index += lines;
+            return Ok(Some(job));
+        }
+        Ok(None)
+    }
+
+    fn recycle(&mut self, buffer: Vec<u8>) {
+        self.spare.push(buffer);
+    }
+}
+
+/// The calling thread's half: folds chunk results, in record order, into the tree (keeping
+/// the roots and leaf hashes asked for), the totals and the problems.
+struct Collector {
+    /// Sorted, without duplicates.
+    sizes: Vec<u64>,
+    /// Sorted, without duplicates.
+    leaves: Vec<u64>,
+    next_size: usize,
+    next_leaf: usize,
+    builder: RootBuilder,
+    out: StreamOutcome,
+}
+
+impl Collector {
+    fn new(sizes: &[u64], leaves: &[u64]) -> Self {
+        let sorted = |v: &[u64]| {
+            let mut v = v.to_vec();
+            v.sort_unstable();
+            v.dedup();
+            v
+        };
+        Collector {
+            sizes: sorted(sizes),
+            leaves: sorted(leaves),
+            next_size: 0,
+            next_leaf: 0,
+            builder: RootBuilder::new(),
+            out: StreamOutcome::default(),
+        }
+    }
+
+    /// Folds in the next chunk's result; returns its buffer for reuse.
+    fn absorb(&mut self, r: ChunkResult) -> Result<Vec<u8>, StreamError> {
+        for h in r.leaf_hashes {
+            let i = self.builder.size();
+            while self.next_size < self.sizes.len() && self.sizes[self.next_size] <= i {
+                if self.sizes[self.next_size] == i {
+                    self.out.roots.insert(i, self.builder.root());
+                }
+                self.next_size += 1;
+            }
+            while self.next_leaf < self.leaves.len() && self.leaves[self.next_leaf] <= i {
+                if self.leaves[self.next_leaf] == i {
+                    self.out.leaf_hashes.insert(i, h);
+                }
+                self.next_leaf += 1;
+            }
+            self.builder.push_leaf_hash(h)?;
+        }
+        self.out.totals.merge(r.totals);
+        self.out.bad_records += r.bad;
+        let room = MAX_LISTED_PROBLEMS.saturating_sub(self.out.problems.len());
+        self.out.problems.extend(r.problems.into_iter().take(room));
+        Ok(r.data)
+    }
+
+    /// The outcome, with the root at the whole file's size if it was asked for.
+    fn finish(self) -> StreamOutcome {
+        let mut out = self.out;
+        out.lines = self.builder.size();
+        if self.sizes.binary_search(&out.lines).is_ok() {
+            out.roots.insert(out.lines, self.builder.root());
+        }
+        out
+    }
 }
 
 /// Fills `buf` (which may already hold a carried-over partial line) to [`CHUNK`] bytes and
