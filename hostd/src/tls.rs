@@ -273,45 +273,33 @@ pub async fn serve_with(
     shutdown: impl Future<Output = ()> + Send + 'static,
     options: ServeOptions,
 ) -> io::Result<()> {
-    let acceptor = TlsAcceptor::from(config);
-    let trust_domain: Arc<str> = trust_domain.into();
     let handshaking = Handshaking::new(options.max_handshaking);
-    let admission = Admission::new(Limits {
-        total: options.max_connections.max(1),
-        tenants: options.max_tenant_connections,
-        per_principal: options.max_connections_per_principal.max(1),
-    });
-    let in_flight = InFlight::new(options.max_requests_per_principal);
     let logs = Arc::new(LogLimiter::new(Duration::from_secs(10)));
     let (stop_tx, stop_rx) = watch::channel(false);
-    let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(TokioTimer::new())
-        .keep_alive(true)
-        .header_read_timeout(options.header_read_timeout)
-        .max_headers(options.max_headers)
-        .max_header_size(options.max_header_bytes);
+    let template = Connection {
+        acceptor: TlsAcceptor::from(config),
+        trust_domain: trust_domain.into(),
+        app,
+        http: http_builder(&options),
+        stop: stop_rx,
+        handshake_timeout: options.handshake_timeout,
+        admission: Admission::new(Limits {
+            total: options.max_connections.max(1),
+            tenants: options.max_tenant_connections,
+            per_principal: options.max_connections_per_principal.max(1),
+        }),
+        in_flight: InFlight::new(options.max_requests_per_principal),
+        logs: logs.clone(),
+    };
     let mut connections = JoinSet::new();
     tokio::pin!(shutdown);
-
     loop {
         while connections.try_join_next().is_some() {}
         // Accepting never waits for a slot: a full pool drops its oldest handshake instead.
         let (tcp, peer) = tokio::select! {
             biased;
             () = &mut shutdown => break,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) if is_per_connection_error(&e) => continue,
-                Err(e) if e.kind() == io::ErrorKind::InvalidInput => return Err(e),
-                Err(e) => {
-                    // Typically EMFILE/ENFILE: back off instead of spinning.
-                    if let Some(n) = logs.hit("accept", std::time::Instant::now()) {
-                        tracing::error!(error = %report(&e), events = n, "accept failed; retrying in 1 s");
-                    }
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    continue;
-                }
-            },
+            accepted = accept(&listener, &logs) => accepted?,
         };
         let (slot, evicted) = handshaking.enter();
         if evicted {
@@ -323,42 +311,62 @@ pub async fn serve_with(
                 );
             }
         }
-        let conn = Connection {
-            acceptor: acceptor.clone(),
-            trust_domain: trust_domain.clone(),
-            app: app.clone(),
-            http: http.clone(),
-            stop: stop_rx.clone(),
-            handshake_timeout: options.handshake_timeout,
-            admission: admission.clone(),
-            in_flight: in_flight.clone(),
-            logs: logs.clone(),
-        };
-        connections.spawn(conn.run(tcp, peer, slot));
+        connections.spawn(template.clone().run(tcp, peer, slot));
     }
-
     drop(listener);
     let _ = stop_tx.send(true);
-    let in_flight = connections.len();
-    if in_flight > 0 {
+    drain(connections, options.shutdown_grace).await;
+    Ok(())
+}
+
+/// HTTP/1.1 with keep-alive and the options' bounds on headers.
+fn http_builder(options: &ServeOptions) -> hyper::server::conn::http1::Builder {
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .keep_alive(true)
+        .header_read_timeout(options.header_read_timeout)
+        .max_headers(options.max_headers)
+        .max_header_size(options.max_header_bytes);
+    http
+}
+
+/// The next connection. Errors that concern one connection are skipped; others (typically
+/// EMFILE/ENFILE) are logged and retried after a second instead of spinning. Only a listener
+/// that cannot accept at all (`InvalidInput`) is an error.
+async fn accept(listener: &TcpListener, logs: &LogLimiter) -> io::Result<(TcpStream, SocketAddr)> {
+    loop {
+        match listener.accept().await {
+            Ok(accepted) => return Ok(accepted),
+            Err(e) if is_per_connection_error(&e) => continue,
+            Err(e) if e.kind() == io::ErrorKind::InvalidInput => return Err(e),
+            Err(e) => {
+                if let Some(n) = logs.hit("accept", std::time::Instant::now()) {
+                    tracing::error!(error = %report(&e), events = n, "accept failed; retrying in 1 s");
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+}
+
+/// Lets the connections in flight finish within `grace` (they have been told to stop), then
+/// closes the rest.
+async fn drain(mut connections: JoinSet<()>, grace: Duration) {
+    if !connections.is_empty() {
         tracing::info!(
-            connections = in_flight,
+            connections = connections.len(),
             "shutting down; draining connections"
         );
     }
-    let drain = async { while connections.join_next().await.is_some() {} };
-    if tokio::time::timeout(options.shutdown_grace, drain)
-        .await
-        .is_err()
-    {
+    let all_done = async { while connections.join_next().await.is_some() {} };
+    if tokio::time::timeout(grace, all_done).await.is_err() {
         tracing::warn!(
             connections = connections.len(),
-            grace_s = options.shutdown_grace.as_secs(),
+            grace_s = grace.as_secs(),
             "shutdown grace period over; closing remaining connections"
         );
         connections.shutdown().await;
     }
-    Ok(())
 }
 
 /// Errors that concern one incoming connection (already gone), not the listener.
@@ -378,7 +386,8 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
     let _ = stop.wait_for(|stop| *stop).await.map(|_| ());
 }
 
-/// Everything one connection task needs.
+/// Everything one connection task needs (cloned from one template per connection).
+#[derive(Clone)]
 struct Connection {
     acceptor: TlsAcceptor,
     trust_domain: Arc<str>,
@@ -406,62 +415,95 @@ fn too_many_requests() -> axum::response::Response {
 }
 
 impl Connection {
-    async fn run(mut self, tcp: TcpStream, peer: SocketAddr, mut slot: HandshakeSlot) {
+    async fn run(mut self, tcp: TcpStream, peer: SocketAddr, slot: HandshakeSlot) {
         let _ = tcp.set_nodelay(true);
+        let Some(tls) = self.handshake(tcp, peer, slot).await else {
+            return;
+        };
+        let Some(principal) = self.principal(&tls, peer) else {
+            close(tls).await;
+            return;
+        };
+        let _admitted = match self.admission.admit(&principal) {
+            Ok(a) => a,
+            Err(why) => {
+                if let Some(n) = self
+                    .logs
+                    .hit("connection-refused", std::time::Instant::now())
+                {
+                    tracing::warn!(%peer, principal = %principal, bound = ?why, events = n,
+                        "connection refused: too many connections");
+                }
+                close(tls).await;
+                return;
+            }
+        };
+        tracing::debug!(%peer, principal = %principal, "mTLS connection established");
+        self.serve(tls, principal, peer).await;
+    }
+
+    /// The TLS handshake, within the handshake timeout; `None` if it failed, timed out, its
+    /// slot was given to a newer handshake, or the server is stopping.
+    async fn handshake(
+        &mut self,
+        tcp: TcpStream,
+        peer: SocketAddr,
+        mut slot: HandshakeSlot,
+    ) -> Option<tokio_rustls::server::TlsStream<TcpStream>> {
         let handshake = tokio::time::timeout(self.handshake_timeout, self.acceptor.accept(tcp));
         let now = std::time::Instant::now;
-        let tls = tokio::select! {
+        tokio::select! {
             result = handshake => match result {
-                Ok(Ok(tls)) => tls,
+                Ok(Ok(tls)) => Some(tls),
                 Ok(Err(e)) => {
                     // Includes every refused client certificate (none, unknown CA, expired).
                     if let Some(n) = self.logs.hit("handshake-failed", now()) {
                         tracing::warn!(%peer, error = %report(&e), events = n, "TLS handshake failed");
                     }
-                    return;
+                    None
                 }
                 Err(_) => {
                     if let Some(n) = self.logs.hit("handshake-timeout", now()) {
                         tracing::warn!(%peer, timeout_s = self.handshake_timeout.as_secs(), events = n, "TLS handshake timed out");
                     }
-                    return;
+                    None
                 }
             },
-            _ = &mut slot.evicted => return,
-            () = stopped(&mut self.stop) => return,
-        };
-        drop(slot);
+            _ = &mut slot.evicted => None,
+            () = stopped(&mut self.stop) => None,
+        }
+    }
 
+    /// The principal the client certificate names; `None` (logged) if it names none.
+    fn principal(
+        &self,
+        tls: &tokio_rustls::server::TlsStream<TcpStream>,
+        peer: SocketAddr,
+    ) -> Option<Principal> {
         let leaf = tls.get_ref().1.peer_certificates().and_then(|c| c.first());
-        let principal = match leaf.map(|der| Principal::from_cert_der(der, &self.trust_domain)) {
-            Some(Ok(p)) => p,
+        match leaf.map(|der| Principal::from_cert_der(der, &self.trust_domain)) {
+            Some(Ok(p)) => Some(p),
             Some(Err(e)) => {
                 tracing::warn!(%peer, error = %report(&e), "client certificate names no principal of this node; closing connection");
-                // Best effort close_notify, so the client sees a clean close rather than a reset.
-                let mut tls = tls;
-                let _ = tokio::time::timeout(Duration::from_secs(1), tls.shutdown()).await;
-                return;
+                None
             }
             None => {
                 // Unreachable with a verifier that mandates client auth; refuse regardless.
                 tracing::warn!(%peer, "no client certificate after handshake; closing connection");
-                return;
+                None
             }
-        };
-        let _admitted = match self.admission.admit(&principal) {
-            Ok(a) => a,
-            Err(why) => {
-                if let Some(n) = self.logs.hit("connection-refused", now()) {
-                    tracing::warn!(%peer, principal = %principal, bound = ?why, events = n,
-                        "connection refused: too many connections");
-                }
-                let mut tls = tls;
-                let _ = tokio::time::timeout(Duration::from_secs(1), tls.shutdown()).await;
-                return;
-            }
-        };
-        tracing::debug!(%peer, principal = %principal, "mTLS connection established");
+        }
+    }
 
+    /// HTTP over the connection until the client closes it or the server stops (then
+    /// gracefully: requests in flight finish). Every request carries the principal and the
+    /// peer address; one over the principal's bound of requests in flight gets a 429.
+    async fn serve(
+        mut self,
+        tls: tokio_rustls::server::TlsStream<TcpStream>,
+        principal: Principal,
+        peer: SocketAddr,
+    ) {
         let app = self.app;
         let in_flight = self.in_flight;
         let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
@@ -489,4 +531,9 @@ impl Connection {
             tracing::debug!(%peer, error = %report(&e), "connection ended with an error");
         }
     }
+}
+
+/// Best-effort close_notify, so that a refused client sees a clean close rather than a reset.
+async fn close(mut tls: tokio_rustls::server::TlsStream<TcpStream>) {
+    let _ = tokio::time::timeout(Duration::from_secs(1), tls.shutdown()).await;
 }
