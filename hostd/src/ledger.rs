@@ -442,6 +442,24 @@ impl std::fmt::Debug for Ledger {
     }
 }
 
+/// The log's key must stay the one it was first signed with; a new log stores it.
+fn check_or_store_vkey(store: &SledLogStore, vkey: &str) -> Result<(), LedgerError> {
+    match store.vkey()? {
+        Some(stored) if stored != vkey => Err(LedgerError::KeyChanged {
+            stored,
+            current: vkey.to_owned(),
+        }),
+        Some(_) => Ok(()),
+        None => {
+            store
+                .tree()
+                .insert(VKEY_KEY, vkey.as_bytes())
+                .map_err(StoreError::from)?;
+            Ok(())
+        }
+    }
+}
+
 impl Ledger {
     /// Opens (creating if empty) the ledger in `db`, signing with `signer` whose key name is
     /// the log's origin (hostd uses `<node-name>/usage`).
@@ -473,23 +491,9 @@ impl Ledger {
         let store = SledLogStore::open(db)?;
         let tree = store.tree().clone();
         let verifier = signer.verifier();
-        let vkey = verifier.to_vkey();
-        match store.vkey()? {
-            Some(stored) if stored != vkey => {
-                return Err(LedgerError::KeyChanged {
-                    stored,
-                    current: vkey,
-                })
-            }
-            Some(_) => {}
-            None => {
-                tree.insert(VKEY_KEY, vkey.as_bytes())
-                    .map_err(StoreError::from)?;
-            }
-        }
+        check_or_store_vkey(&store, &verifier.to_vkey())?;
         let stored = store.checkpoint()?;
         let log = Log::open(store)?;
-        let size = log.size();
         let mut ledger = Ledger {
             log,
             tree,
@@ -501,44 +505,11 @@ impl Ledger {
         };
         ledger.check_witness()?;
         match stored {
-            Some(note) => {
-                let cp = open_checkpoint(&note, &ledger.verifier).map_err(|source| {
-                    LedgerError::BadStoredCheckpoint {
-                        vkey: vkey.clone(),
-                        source,
-                    }
-                })?;
-                if cp.size > size {
-                    return Err(LedgerError::Truncated {
-                        checkpoint: cp.size,
-                        size,
-                    });
-                }
-                let computed = ledger.log.root_at(cp.size)?;
-                if computed != cp.root {
-                    return Err(LedgerError::RootMismatch {
-                        size: cp.size,
-                        signed: B64.encode(cp.root),
-                        computed: B64.encode(computed),
-                    });
-                }
-                if cp.size < size {
-                    tracing::warn!(
-                        signed = cp.size,
-                        committed = size,
-                        "the last ledger append was not followed by a stored checkpoint \
-                         (crash?); signing one for the committed records"
-                    );
-                    ledger.sign_and_store()?;
-                } else {
-                    ledger.checkpoint = note;
-                    ledger.checkpoint_size = size;
-                }
-            }
+            Some(note) => ledger.resume_from(note)?,
             None => {
-                if size > 0 {
+                if ledger.log.size() > 0 {
                     tracing::warn!(
-                        committed = size,
+                        committed = ledger.log.size(),
                         "the ledger has no stored checkpoint; signing one"
                     );
                 }
@@ -553,11 +524,51 @@ impl Ledger {
         ledger.tree.flush().map_err(StoreError::from)?;
         tracing::info!(
             origin = ledger.signer.name(),
-            size,
+            size = ledger.log.size(),
             key_id = format_args!("{:08x}", ledger.verifier.key_id()),
             "ledger opened"
         );
         Ok(ledger)
+    }
+
+    /// Takes up the stored checkpoint `note`: it must verify under this ledger's key, cover
+    /// no more records than are stored, and have the stored tree's root at its size. One
+    /// older than the committed size (a crash between commit and signing) is re-signed.
+    fn resume_from(&mut self, note: String) -> Result<(), LedgerError> {
+        let size = self.log.size();
+        let cp = open_checkpoint(&note, &self.verifier).map_err(|source| {
+            LedgerError::BadStoredCheckpoint {
+                vkey: self.verifier.to_vkey(),
+                source,
+            }
+        })?;
+        if cp.size > size {
+            return Err(LedgerError::Truncated {
+                checkpoint: cp.size,
+                size,
+            });
+        }
+        let computed = self.log.root_at(cp.size)?;
+        if computed != cp.root {
+            return Err(LedgerError::RootMismatch {
+                size: cp.size,
+                signed: B64.encode(cp.root),
+                computed: B64.encode(computed),
+            });
+        }
+        if cp.size < size {
+            tracing::warn!(
+                signed = cp.size,
+                committed = size,
+                "the last ledger append was not followed by a stored checkpoint \
+                 (crash?); signing one for the committed records"
+            );
+            self.sign_and_store()
+        } else {
+            self.checkpoint = note;
+            self.checkpoint_size = size;
+            Ok(())
+        }
     }
 
     /// The stored log must extend the witnessed checkpoint: at least its size, and its root
