@@ -139,6 +139,30 @@ impl Node {
     /// verifier key, about this node, not older than the one in force) and appends it to the
     /// ledger. Returns the record id.
     pub fn receive_attestation_result(&self, bytes: &[u8]) -> Result<AttestationRecord, NodeError> {
+        let trimmed = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+        let result = self.verified_result(trimmed)?;
+        let _w = lock(&self.write);
+        if let Some((id, latest)) = self.latest_attestation() {
+            if result.result.iat < latest.result.iat
+                || (result.result.iat == latest.result.iat
+                    && result.result.evidence_digest == latest.result.evidence_digest)
+            {
+                return Err(NodeError::Conflict(format!(
+                    "attestation result issued at {} is not newer than record {id} (issued at {}) already in force",
+                    result.result.iat, latest.result.iat
+                )));
+            }
+        }
+        let rec =
+            self.append_attestation(&result, String::from_utf8_lossy(trimmed).into_owned())?;
+        info!(record = rec.id, status = %rec.status, "attestation result appended to the ledger");
+        *lock(&self.latest_attestation) = Some((rec.id, result));
+        Ok(rec)
+    }
+
+    /// The result, if a configured verifier key signed it, it is about this node's key, and
+    /// it was not issued in the future.
+    fn verified_result(&self, bytes: &[u8]) -> Result<AttestationResult, NodeError> {
         let keys = self
             .cfg
             .attestation
@@ -149,8 +173,7 @@ impl Node {
                 "no verifier keys are configured ([attestation] verifier_keys), so no attestation result can be accepted".into(),
             ));
         }
-        let trimmed = bytes.strip_suffix(b"\n").unwrap_or(bytes);
-        let result = AttestationResult::from_bytes(trimmed).map_err(|e| {
+        let result = AttestationResult::from_bytes(bytes).map_err(|e| {
             NodeError::BadRequest(format!("not an attestation result: {e}", e = report(&e)))
         })?;
         result.verify_result_signature(&keys).map_err(|e| {
@@ -182,23 +205,20 @@ impl Node {
                 result.result.iat
             )));
         }
-        let _w = lock(&self.write);
-        if let Some((id, latest)) = self.latest_attestation() {
-            if result.result.iat < latest.result.iat
-                || (result.result.iat == latest.result.iat
-                    && result.result.evidence_digest == latest.result.evidence_digest)
-            {
-                return Err(NodeError::Conflict(format!(
-                    "attestation result issued at {} is not newer than record {id} (issued at {}) already in force",
-                    result.result.iat, latest.result.iat
-                )));
-            }
-        }
+        Ok(result)
+    }
+
+    /// Appends the attestation record of `result` (its `text` as received), and the pointer
+    /// to it as the latest, in one commit.
+    fn append_attestation(
+        &self,
+        result: &AttestationResult,
+        text: String,
+    ) -> Result<AttestationRecord, NodeError> {
         let received = rfc3339_ms(self.clock.now_ms());
-        let text = String::from_utf8_lossy(trimmed).into_owned();
         let mut made = None;
         let node_name = self.cfg.node.name.clone();
-        let ids = self.append_records(
+        self.append_records(
             |id| {
                 let rec = AttestationRecord {
                     v: RECORD_VERSION,
@@ -220,14 +240,7 @@ impl Node {
             )],
             Vec::new(),
         )?;
-        let id = ids
-            .first()
-            .copied()
-            .ok_or_else(|| NodeError::internal("no record id"))?;
-        let rec = made.ok_or_else(|| NodeError::internal("no record"))?;
-        info!(record = id, status = %rec.status, "attestation result appended to the ledger");
-        *lock(&self.latest_attestation) = Some((id, result));
-        Ok(rec)
+        made.ok_or_else(|| NodeError::internal("no record"))
     }
 
     /// The id the next appended record gets.
