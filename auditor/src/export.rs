@@ -75,9 +75,6 @@ pub struct ExportSummary {
     pub checkpoint_size: u64,
     /// Receipt files written under `receipts/`.
     pub receipts: usize,
-    /// Damage found in the exported state; empty for a healthy node. The files were written
-    /// anyway, as they are, so an auditor can see it.
-    pub problems: Vec<String>,
 }
 
 /// Writes an export from parts fetched elsewhere (e.g. by `sovctl audit export` over the
@@ -127,7 +124,6 @@ pub fn write_export_with<E: From<ExportError>>(
             records: written,
             checkpoint_size: expected,
             receipts: receipts.len(),
-            problems: Vec::new(),
         }),
         Err(e) => {
             w.remove_created();

@@ -21,36 +21,39 @@ pub struct ExportStateArgs {
 }
 
 pub fn run_export_state(args: ExportStateArgs) -> ExitCode {
-    match audit::export_state(&args.state, &args.out, &args.receipts) {
+    let export = match audit::export_state(&args.state, &args.out, &args.receipts) {
+        Ok(export) => export,
         Err(e) => {
             eprintln!("error: {e}", e = report(&e));
-            ExitCode::from(1)
+            return ExitCode::from(1);
         }
-        Ok(summary) if summary.problems.is_empty() => {
-            println!(
-                "exported {} records (checkpoint size {}){} to {}",
-                summary.records,
-                summary.checkpoint_size,
-                receipts_note(summary.receipts),
-                args.out.display()
-            );
-            ExitCode::SUCCESS
-        }
-        Ok(summary) => {
-            eprintln!(
-                "error: the state directory {} is damaged; the export in {} was written as \
-                 stored ({} records, checkpoint size {}) and will not verify:",
-                args.state.display(),
-                args.out.display(),
-                summary.records,
-                summary.checkpoint_size
-            );
-            for p in &summary.problems {
-                eprintln!("  - {p}");
-            }
-            ExitCode::from(1)
-        }
+    };
+    let summary = &export.summary;
+    if export.problems.is_empty() {
+        println!(
+            "exported {} records (checkpoint size {}){} to {}",
+            summary.records,
+            summary.checkpoint_size,
+            receipts_note(summary.receipts),
+            args.out.display()
+        );
+        return ExitCode::SUCCESS;
     }
+    eprintln!(
+        "error: the state directory {} is damaged; the export in {} was written as \
+         stored ({} records, checkpoint size {}) and will not verify:",
+        args.state.display(),
+        args.out.display(),
+        summary.records,
+        summary.checkpoint_size
+    );
+    for p in &export.problems {
+        eprintln!("  - {p}", p = report(p));
+    }
+    if export.unlisted_damage > 0 {
+        eprintln!("  - … and {} more damaged records", export.unlisted_damage);
+    }
+    ExitCode::from(1)
 }
 
 fn receipts_note(n: usize) -> String {

@@ -42,6 +42,9 @@ use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
+mod problem;
+pub use problem::StateProblem;
+
 /// Name of the sled tree holding the ledger.
 pub const TREE_NAME: &str = "ledger";
 
@@ -895,56 +898,53 @@ impl Snapshot {
     }
 
     /// Cross-checks the stored state the way [`Ledger::open`] would, without the private key,
-    /// returning each inconsistency as a sentence (empty when none is found). Leaf contents
-    /// are not compared here; exports compare each leaf with its stored hash as they go.
-    pub fn check(&self) -> Vec<String> {
+    /// returning each inconsistency (empty when none is found). Leaf contents are not
+    /// compared here; exports compare each leaf with its stored hash as they go.
+    pub fn check(&self) -> Vec<StateProblem> {
         let mut problems = Vec::new();
-        let verifier = match NoteVerifier::parse(&self.vkey) {
-            Ok(v) => Some(v),
-            Err(e) => {
-                problems.push(format!(
-                    "the stored verifier key is malformed: {e}",
-                    e = report(&e)
-                ));
-                None
+        match NoteVerifier::parse(&self.vkey) {
+            Ok(v) => {
+                if let Err(source) = open_checkpoint(&self.checkpoint_note, &v) {
+                    problems.push(StateProblem::CheckpointUnverified {
+                        vkey: self.vkey.clone(),
+                        source,
+                    });
+                }
             }
-        };
-        if let Some(v) = &verifier {
-            if let Err(e) = open_checkpoint(&self.checkpoint_note, v) {
-                problems.push(format!(
-                    "the stored checkpoint does not verify with the stored log key {}: {e}",
-                    self.vkey,
-                    e = report(&e)
-                ));
-            }
+            Err(e) => problems.push(StateProblem::MalformedVerifierKey(e)),
         }
         match self.store.size() {
-            Ok(stored) if stored < self.size => problems.push(format!(
-                "the stored checkpoint covers {} records but the store's size is {stored}: \
-                 records were removed",
-                self.size
-            )),
+            Ok(stored) if stored < self.size => problems.push(StateProblem::RecordsRemoved {
+                signed: self.size,
+                stored,
+            }),
             Ok(_) => {}
-            Err(e) => problems.push(report(&e).to_string()),
+            Err(e) => problems.push(StateProblem::SizeUnreadable(e)),
         }
-        let signed_root = unverified_checkpoint(&self.checkpoint_note).map(|c| c.root);
-        match (Log::open(self.store.clone()), signed_root) {
-            (Ok(log), Ok(signed)) if log.size() >= self.size => match log.root_at(self.size) {
-                Ok(root) if root != signed => problems.push(format!(
-                    "the stored tree's root at size {} is {} but the checkpoint says {}",
-                    self.size,
-                    B64.encode(root),
-                    B64.encode(signed)
-                )),
-                Ok(_) => {}
-                Err(e) => problems.push(format!("the stored tree is damaged: {e}", e = report(&e))),
-            },
-            (Err(e), _) => {
-                problems.push(format!("the stored tree is damaged: {e}", e = report(&e)))
-            }
-            _ => {}
-        }
+        problems.extend(self.check_root());
         problems
+    }
+
+    /// The stored tree's root at the checkpoint's size against the one it signs.
+    fn check_root(&self) -> Option<StateProblem> {
+        let log = match Log::open(self.store.clone()) {
+            Ok(log) => log,
+            Err(e) => return Some(StateProblem::TreeDamaged(e)),
+        };
+        // A checkpoint whose body does not parse was reported as unverified.
+        let signed = unverified_checkpoint(&self.checkpoint_note).ok()?.root;
+        if log.size() < self.size {
+            return None; // reported as RecordsRemoved
+        }
+        match log.root_at(self.size) {
+            Ok(root) if root != signed => Some(StateProblem::RootMismatch {
+                size: self.size,
+                stored: B64.encode(root),
+                signed: B64.encode(signed),
+            }),
+            Ok(_) => None,
+            Err(e) => Some(StateProblem::TreeDamaged(e)),
+        }
     }
 }
 
@@ -1210,7 +1210,13 @@ mod tests {
         );
         let problems = s.check();
         assert!(
-            problems.iter().any(|p| p.contains("records were removed")),
+            problems.iter().any(|p| matches!(
+                p,
+                StateProblem::RecordsRemoved {
+                    signed: 6,
+                    stored: 5
+                }
+            )),
             "{problems:?}"
         );
     }

@@ -441,9 +441,6 @@ pub async fn audit_export(c: Client, out: PathBuf, receipts: Vec<u64>) -> CmdRes
         summary.receipts,
         out.display()
     );
-    for p in &summary.problems {
-        eprintln!("warning: {p}");
-    }
     Ok(Exit::Ok)
 }
 
