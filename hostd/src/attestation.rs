@@ -473,75 +473,19 @@ impl Attester {
         for (name, value) in dynamic {
             measurements.insert((*name).to_string(), *value);
         }
-        let node_pk = self.key.public_key();
-        let healthy: Vec<&GpuInfo> = inventory
-            .iter()
-            .filter(|g| {
-                let ok = g.is_healthy() && !g.uuid.is_empty();
-                if !ok {
-                    notes.push(format!(
-                        "GPU at index {} is not answering ({:?}) and is not in the evidence",
-                        g.index, g.status
-                    ));
-                }
-                ok
+        let healthy = healthy_gpus(inventory, &mut notes);
+        let reports = gpu_reports(gpus, &healthy, &nonce, &self.key.public_key());
+        let submods = healthy
+            .into_iter()
+            .zip(reports)
+            .map(|(g, report)| {
+                let report = report.unwrap_or_else(|missing| {
+                    notes.push(report_text(&missing));
+                    None
+                });
+                gpu_claims(g, report)
             })
             .collect();
-        // GPUs sign their reports concurrently (a real GPU takes a while to answer).
-        let reports: Vec<Result<Option<GpuReport>, String>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = healthy
-                .iter()
-                .map(|g| {
-                    scope.spawn(move || {
-                        if g.cc_mode != Some(true) {
-                            return Ok(None);
-                        }
-                        let n = gpu_nonce(&nonce, &g.uuid, &node_pk);
-                        match gpus.attestation_report(&g.uuid, n) {
-                            Ok(Some(a)) => Ok(Some(GpuReport {
-                                spdm: a.spdm,
-                                cert_chain: a.cert_chain.into_iter().map(HexBytes).collect(),
-                            })),
-                            Ok(None) => Err(format!(
-                                "GPU {}: CC is on but it gave no attestation report",
-                                g.uuid
-                            )),
-                            Err(e) => {
-                                warn!(gpu = %g.uuid, error = %report(&e), "GPU attestation report failed");
-                                Err(format!("GPU {}: attestation report failed: {e}", g.uuid, e = report(&e)))
-                            }
-                        }
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|_| Err("GPU attestation worker panicked".into()))
-                })
-                .collect()
-        });
-        let mut submods = Vec::new();
-        for (g, report) in healthy.into_iter().zip(reports) {
-            let report = report.unwrap_or_else(|note| {
-                notes.push(note);
-                None
-            });
-            submods.push(GpuClaims {
-                uuid: g.uuid.clone(),
-                serial: g.serial.clone().unwrap_or_default(),
-                model: g.name.clone(),
-                vbios_version: g.vbios_version.clone().unwrap_or_default(),
-                driver_version: g.driver_version.clone(),
-                cc_mode: if g.cc_mode == Some(true) {
-                    CcMode::On
-                } else {
-                    CcMode::Off
-                },
-                report,
-            });
-        }
         self.build_evidence(nonce, now, measurements, submods, notes)
     }
 
@@ -572,6 +516,105 @@ impl Attester {
         };
         let evidence = Evidence::sign(claims, &self.key).and_then(|e| e.to_bytes())?;
         Ok(Collected { evidence, notes })
+    }
+}
+
+/// The GPUs that answer NVML and have a UUID; a note for each that does not, which the
+/// evidence leaves out.
+fn healthy_gpus<'a>(inventory: &'a [GpuInfo], notes: &mut Vec<String>) -> Vec<&'a GpuInfo> {
+    inventory
+        .iter()
+        .filter(|g| {
+            let ok = g.is_healthy() && !g.uuid.is_empty();
+            if !ok {
+                notes.push(format!(
+                    "GPU at index {} is not answering ({:?}) and is not in the evidence",
+                    g.index, g.status
+                ));
+            }
+            ok
+        })
+        .collect()
+}
+
+/// Why a GPU in confidential-computing mode goes into the evidence without its report.
+#[derive(Debug, thiserror::Error)]
+enum MissingReport {
+    #[error("GPU {uuid}: CC is on but it gave no attestation report")]
+    NoReport { uuid: String },
+    #[error("GPU {uuid}: attestation report failed")]
+    Failed {
+        uuid: String,
+        #[source]
+        source: crate::gpu::GpuError,
+    },
+    #[error("GPU attestation worker panicked")]
+    WorkerPanicked,
+}
+
+/// Each GPU's signed report over its nonce (derived from `nonce`, its UUID and the node key);
+/// `None` for a GPU not in CC mode, which has none to give. GPUs sign concurrently (a real
+/// GPU takes a while to answer).
+fn gpu_reports(
+    gpus: &Gpus,
+    healthy: &[&GpuInfo],
+    nonce: &[u8; 32],
+    node_pk: &[u8; 32],
+) -> Vec<Result<Option<GpuReport>, MissingReport>> {
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = healthy
+            .iter()
+            .map(|g| scope.spawn(move || gpu_report(gpus, g, nonce, node_pk)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or(Err(MissingReport::WorkerPanicked)))
+            .collect()
+    })
+}
+
+fn gpu_report(
+    gpus: &Gpus,
+    g: &GpuInfo,
+    nonce: &[u8; 32],
+    node_pk: &[u8; 32],
+) -> Result<Option<GpuReport>, MissingReport> {
+    if g.cc_mode != Some(true) {
+        return Ok(None);
+    }
+    let uuid = g.uuid.clone();
+    match gpus.attestation_report(&g.uuid, gpu_nonce(nonce, &g.uuid, node_pk)) {
+        Ok(Some(a)) => Ok(Some(GpuReport {
+            spdm: a.spdm,
+            cert_chain: a.cert_chain.into_iter().map(HexBytes).collect(),
+        })),
+        Ok(None) => Err(MissingReport::NoReport { uuid }),
+        Err(source) => {
+            warn!(gpu = %g.uuid, error = %report(&source), "GPU attestation report failed");
+            Err(MissingReport::Failed { uuid, source })
+        }
+    }
+}
+
+/// The note on a missing report, with its cause.
+fn report_text(missing: &MissingReport) -> String {
+    report(missing).to_string()
+}
+
+/// A GPU's claims in the evidence, from its inventory.
+fn gpu_claims(g: &GpuInfo, report: Option<GpuReport>) -> GpuClaims {
+    GpuClaims {
+        uuid: g.uuid.clone(),
+        serial: g.serial.clone().unwrap_or_default(),
+        model: g.name.clone(),
+        vbios_version: g.vbios_version.clone().unwrap_or_default(),
+        driver_version: g.driver_version.clone(),
+        cc_mode: if g.cc_mode == Some(true) {
+            CcMode::On
+        } else {
+            CcMode::Off
+        },
+        report,
     }
 }
 
