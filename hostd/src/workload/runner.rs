@@ -29,7 +29,7 @@ use crate::lease::Lease;
 use crate::node::{InternalError, Node, NodeError};
 use crate::state::JsonTree;
 use attest::report::report;
-use hostd_api::job::{Job, JobState, NewJob};
+use hostd_api::job::{Job, JobLimits, JobState, NewJob};
 use hostd_api::lease::LeaseState;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -328,14 +328,7 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
     /// Starts a job on an active lease. The caller has checked that the principal may act on
     /// the lease.
     pub async fn start(&self, lease: &Lease, req: NewJob) -> Result<Job, NodeError> {
-        if lease.state != LeaseState::Active {
-            return Err(NodeError::Conflict(format!("lease {} has ended", lease.id)));
-        }
-        let limits = job::check_request(&req, &self.cfg)
-            .map_err(|e| NodeError::BadRequest(report(&e).to_string()))?;
-        sandbox::check_command(&req.argv, &req.env)
-            .map_err(|e| NodeError::BadRequest(report(&e).to_string()))?;
-        self.check_program(&req.argv[0])?;
+        let limits = self.check_new_job(lease, &req)?;
         let _w = self.write.lock().await;
         self.check_capacity(&lease.id)?;
         let uid = self.lease_uid(&lease.id)?;
@@ -344,27 +337,7 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
         let scratch = self.lease_scratch(&lease.id, uid).await?;
         let (net, resolv) = self.lease_network(lease).await?;
         let id = new_job_id()?;
-        let workdir = match &req.workdir {
-            Some(w) => scratch.join(job::relative_inside(w).unwrap_or_default()),
-            None => scratch.clone(),
-        };
-        let sandbox = JobSandbox {
-            tenant: lease.tenant.clone(),
-            argv: req.argv.clone(),
-            env: req.env.clone(),
-            workdir,
-            uid,
-            gid: uid,
-            gpu_devices: lease
-                .gpus
-                .iter()
-                .map(|g| devices::gpu_node(g.index))
-                .collect(),
-            uvm_device: self.uvm.clone(),
-            limits: job::sandbox_limits(&limits),
-            writable: vec![scratch],
-        };
-        let mut props = sandbox
+        let mut props = job_sandbox(lease, &req, scratch, uid, &limits, self.uvm.clone())
             .properties()
             .map_err(|e| NodeError::BadRequest(report(&e).to_string()))?;
         let devices = device_allow(&props);
@@ -372,26 +345,27 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
         props.extend(watch_properties(&log));
         props.extend(network_properties(&net, &resolv));
         props.extend(ip_rules(&self.allow_list(lease), &net));
-        let stored = StoredJob {
-            job: Job {
-                id: id.clone(),
-                lease: lease.id.clone(),
-                tenant: lease.tenant.clone(),
-                argv: req.argv.clone(),
-                env_names: req.env.keys().cloned().collect(),
-                state: JobState::Starting,
-                result: None,
-                exit_code: None,
-                signal: None,
-                started_ms: self.node.clock().now_ms(),
-                ended_ms: None,
-                cpu_ns: 0,
-                memory_peak_bytes: 0,
-                bytes_in: 0,
-                bytes_out: 0,
-                limits,
-                published_port: None,
-            },
+        let job = Job {
+            id: id.clone(),
+            lease: lease.id.clone(),
+            tenant: lease.tenant.clone(),
+            argv: req.argv.clone(),
+            env_names: req.env.keys().cloned().collect(),
+            state: JobState::Starting,
+            result: None,
+            exit_code: None,
+            signal: None,
+            started_ms: self.node.clock().now_ms(),
+            ended_ms: None,
+            cpu_ns: 0,
+            memory_peak_bytes: 0,
+            bytes_in: 0,
+            bytes_out: 0,
+            limits,
+            published_port: None,
+        };
+        let mut stored = StoredJob {
+            job,
             unit: job::unit_name(&id),
             uid,
             devices,
@@ -399,12 +373,26 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
             published_target: None,
             stop_reason: None,
         };
-        let mut stored = stored;
         let job = self.launch(&mut stored, &props).await?;
         match req.publish {
             Some(port) => self.publish(&mut stored, net.lease_addr, port, 0).await,
             None => Ok(job),
         }
+    }
+
+    /// What can be refused before anything is set up: an ended lease, limits outside the
+    /// node's, a command the sandbox cannot run, a program that is not there. Returns the
+    /// job's limits, resolved against the node's defaults.
+    fn check_new_job(&self, lease: &Lease, req: &NewJob) -> Result<JobLimits, NodeError> {
+        if lease.state != LeaseState::Active {
+            return Err(NodeError::Conflict(format!("lease {} has ended", lease.id)));
+        }
+        let limits = job::check_request(req, &self.cfg)
+            .map_err(|e| NodeError::BadRequest(report(&e).to_string()))?;
+        sandbox::check_command(&req.argv, &req.env)
+            .map_err(|e| NodeError::BadRequest(report(&e).to_string()))?;
+        self.check_program(&req.argv[0])?;
+        Ok(limits)
     }
 
     /// Forwards a node port to the job's `port` in the lease's namespace. A port that cannot
@@ -1003,6 +991,38 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
 /// How often a lease's scratch is measured against its quota while it runs jobs (measuring
 /// walks its whole tree).
 pub const QUOTA_EVERY: Duration = Duration::from_secs(10);
+
+/// The sandbox of a job of `lease`: its command in the lease's scratch (or a folder inside
+/// it), as the lease's user, with the lease's GPUs and nothing else writable.
+fn job_sandbox(
+    lease: &Lease,
+    req: &NewJob,
+    scratch: PathBuf,
+    uid: u32,
+    limits: &JobLimits,
+    uvm_device: Option<String>,
+) -> JobSandbox {
+    let workdir = match &req.workdir {
+        Some(w) => scratch.join(job::relative_inside(w).unwrap_or_default()),
+        None => scratch.clone(),
+    };
+    JobSandbox {
+        tenant: lease.tenant.clone(),
+        argv: req.argv.clone(),
+        env: req.env.clone(),
+        workdir,
+        uid,
+        gid: uid,
+        gpu_devices: lease
+            .gpus
+            .iter()
+            .map(|g| devices::gpu_node(g.index))
+            .collect(),
+        uvm_device,
+        limits: job::sandbox_limits(limits),
+        writable: vec![scratch],
+    }
+}
 
 /// A work directory that every job's private `/tmp` would hide.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
