@@ -260,7 +260,17 @@ fn dev_key(dir: &Path, name: &str) -> Result<String> {
 ///   binary and `hostd.toml` as reference measurements;
 /// * `nvidia-roots.pem`, `rims/` and `rim-root.pem`: what a verifier must trust to accept the
 ///   simulated GPUs (their device roots, their signed RIMs, and the RIM publisher's root).
+///
+/// With these, `sovctl attest` against the dev node appraises as it would a real one.
 fn prepare_attestation(dir: &Path, cfg: &Config) -> Result<()> {
+    dev_enrollment(dir, cfg)?;
+    dev_reference_manifest(dir)?;
+    simulated_gpu_references(dir)
+}
+
+/// Enrolls the node's key (created on first use) under the dev enrollment authority, for a
+/// year, with no TPM.
+fn dev_enrollment(dir: &Path, cfg: &Config) -> Result<()> {
     use attest::identity::{EnrollmentAuthority, EnrollmentClaims};
     crate::daemon::ensure_state_dir(&cfg.state.dir)?;
     let node_key = crate::attestation::load_or_create_node_key(&cfg.state.dir)?;
@@ -284,10 +294,14 @@ fn prepare_attestation(dir: &Path, cfg: &Config) -> Result<()> {
     std::fs::write(
         dir.join("enrollment.json"),
         cert.to_bytes()
-            .context("encoding the enrollment certificate")?,
+            .context("encoding the dev enrollment certificate")?,
     )
-    .context("writing enrollment.json")?;
+    .context("writing enrollment.json")
+}
 
+/// The reference manifest a dev node is appraised against: this hostd binary and the config
+/// just written, signed by the dev release key.
+fn dev_reference_manifest(dir: &Path) -> Result<()> {
     dev_key(dir, "release.key")?;
     let release = keyfile::read_ed25519(&dir.join("release.key"))?;
     let exe = std::env::current_exe().context("locating the hostd binary")?;
@@ -314,8 +328,12 @@ fn prepare_attestation(dir: &Path, cfg: &Config) -> Result<()> {
             .to_bytes()
             .context("encoding the dev reference manifest")?,
     )
-    .context("writing reference.json")?;
+    .context("writing reference.json")
+}
 
+/// The simulated GPUs' certificate roots, their RIM publisher's root, and their signed RIMs
+/// (rims/ rewritten, so that a changed `--gpus` leaves no stale RIM).
+fn simulated_gpu_references(dir: &Path) -> Result<()> {
     let sim = nvidia_ml_sim::config::SimConfig::from_env()
         .map_err(|e| anyhow::anyhow!("simulated GPUs: {e}", e = report(&e)))?;
     let roots = nvidia_ml_sim::attestation::root_bundle_pem(&sim)
