@@ -334,33 +334,14 @@ pub async fn run(node: Node, workloads: WorkloadSetup) -> Result<()> {
     info!(node = %cfg.node.name, %addr, "hostd ready");
     sd_notify("READY=1");
 
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut meter = meter;
-    let mut failed: Option<String> = None;
-    tokio::select! {
-        _ = term.recv() => info!("SIGTERM: shutting down"),
-        _ = tokio::signal::ctrl_c() => info!("SIGINT: shutting down"),
-        r = &mut meter => {
-            let why = match r {
-                Ok(Some(why)) => why,
-                Ok(None) => "the metering loop ended".to_owned(),
-                Err(e) => format!("the metering loop failed: {e}", e = report(&e)),
-            };
-            error!(reason = %why, "stopping so that the supervisor restarts hostd");
-            failed = Some(why);
-        }
-    }
+    let failed = until_stopped(&mut meter).await?;
     sd_notify("STOPPING=1");
     let _ = stop_tx.send(true);
     if failed.is_none() {
         let _ = meter.await;
     }
-    match tokio::time::timeout(Duration::from_secs(10), server).await {
-        Ok(Ok(Ok(()))) => {}
-        Ok(Ok(Err(e))) => warn!(error = %report(&e), "API server stopped with an error"),
-        Ok(Err(e)) => warn!(error = %report(&e), "API server task failed"),
-        Err(_) => warn!("API connections did not finish within 10 s"),
-    }
+    stop_server(server).await;
     if let Some(why) = failed {
         let _ = node.flush();
         anyhow::bail!("{why}; stopped so that the supervisor restarts hostd");
@@ -368,6 +349,38 @@ pub async fn run(node: Node, workloads: WorkloadSetup) -> Result<()> {
     node.flush().context("final flush")?;
     info!("hostd stopped cleanly");
     Ok(())
+}
+
+/// Waits for SIGTERM, SIGINT or the metering loop's end. Returns why hostd must stop for its
+/// supervisor to restart it (the metering loop ended), or `None` for a signal.
+async fn until_stopped(
+    meter: &mut tokio::task::JoinHandle<Option<String>>,
+) -> Result<Option<String>> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = term.recv() => info!("SIGTERM: shutting down"),
+        _ = tokio::signal::ctrl_c() => info!("SIGINT: shutting down"),
+        r = meter => {
+            let why = match r {
+                Ok(Some(why)) => why,
+                Ok(None) => "the metering loop ended".to_owned(),
+                Err(e) => format!("the metering loop failed: {e}", e = report(&e)),
+            };
+            error!(reason = %why, "stopping so that the supervisor restarts hostd");
+            return Ok(Some(why));
+        }
+    }
+    Ok(None)
+}
+
+/// Waits up to 10 s for the API server, told to stop, to finish its connections.
+async fn stop_server(server: tokio::task::JoinHandle<std::io::Result<()>>) {
+    match tokio::time::timeout(Duration::from_secs(10), server).await {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(e))) => warn!(error = %report(&e), "API server stopped with an error"),
+        Ok(Err(e)) => warn!(error = %report(&e), "API server task failed"),
+        Err(_) => warn!("API connections did not finish within 10 s"),
+    }
 }
 
 /// Meters every `period` until told to stop. Failed rounds are logged through a
