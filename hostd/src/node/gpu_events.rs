@@ -51,44 +51,7 @@ pub(super) fn gpu_changes(
                 events.push((GpuEventKind::Disappeared, o.clone(), None, None));
                 events.push((GpuEventKind::Appeared, cur.clone(), None, None));
             }
-            Some(o) => {
-                let state = |h: bool| Some(if h { "ok" } else { "not answering" }.to_string());
-                if o.healthy && !cur.healthy {
-                    events.push((GpuEventKind::Lost, cur.clone(), state(true), state(false)));
-                } else if !o.healthy && cur.healthy {
-                    events.push((
-                        GpuEventKind::Recovered,
-                        cur.clone(),
-                        state(false),
-                        state(true),
-                    ));
-                }
-                // An unhealthy snapshot keeps the last good facts, so a GPU that comes back
-                // in another CC mode or under another driver is reported too.
-                if cur.healthy {
-                    if o.cc_mode != cur.cc_mode {
-                        events.push((
-                            GpuEventKind::CcModeChanged,
-                            cur.clone(),
-                            Some(cc_text(o.cc_mode)),
-                            Some(cc_text(cur.cc_mode)),
-                        ));
-                    }
-                    if o.driver != cur.driver && !cur.driver.is_empty() && !o.driver.is_empty() {
-                        events.push((
-                            GpuEventKind::DriverChanged,
-                            cur.clone(),
-                            Some(o.driver.clone()),
-                            Some(cur.driver.clone()),
-                        ));
-                    }
-                }
-                if !cur.healthy {
-                    // Keep the last known good facts, so recovery compares against them.
-                    cur.cc_mode = o.cc_mode;
-                    cur.driver = o.driver.clone();
-                }
-            }
+            Some(o) => changes_of_the_same_gpu(o, &mut cur, &mut events),
         }
         next.push(cur);
     }
@@ -98,6 +61,44 @@ pub(super) fn gpu_changes(
         }
     }
     (next, events)
+}
+
+/// Events of a GPU seen at the same index with the same UUID: lost or recovered, and, while
+/// it answers, a changed CC mode or driver. An unhealthy `cur` keeps `old`'s last good facts,
+/// so that a GPU that comes back in another CC mode or under another driver is reported too.
+fn changes_of_the_same_gpu(old: &GpuState, cur: &mut GpuState, events: &mut Vec<GpuChange>) {
+    let state = |h: bool| Some(if h { "ok" } else { "not answering" }.to_string());
+    if old.healthy && !cur.healthy {
+        events.push((GpuEventKind::Lost, cur.clone(), state(true), state(false)));
+    } else if !old.healthy && cur.healthy {
+        events.push((
+            GpuEventKind::Recovered,
+            cur.clone(),
+            state(false),
+            state(true),
+        ));
+    }
+    if !cur.healthy {
+        cur.cc_mode = old.cc_mode;
+        cur.driver = old.driver.clone();
+        return;
+    }
+    if old.cc_mode != cur.cc_mode {
+        events.push((
+            GpuEventKind::CcModeChanged,
+            cur.clone(),
+            Some(cc_text(old.cc_mode)),
+            Some(cc_text(cur.cc_mode)),
+        ));
+    }
+    if old.driver != cur.driver && !cur.driver.is_empty() && !old.driver.is_empty() {
+        events.push((
+            GpuEventKind::DriverChanged,
+            cur.clone(),
+            Some(old.driver.clone()),
+            Some(cur.driver.clone()),
+        ));
+    }
 }
 
 impl Node {
