@@ -408,9 +408,21 @@ fn previous(
         }
         Ok(old) => old,
     };
-    let Some(proof_file) = &opts.consistency else {
-        return Ok(Previous::Recompute(old));
-    };
+    match &opts.consistency {
+        Some(proof_file) => check_consistency(proof_file, &old, checkpoint, found),
+        None => Ok(Previous::Recompute(old)),
+    }
+}
+
+/// The consistency proof in `proof_file`, from the previous checkpoint `old` to the export's.
+/// A proof for other sizes, or one that does not verify, is a finding; one that does not
+/// parse is an error (it is not a proof).
+fn check_consistency(
+    proof_file: &Supplied,
+    old: &Checkpoint,
+    checkpoint: &Checkpoint,
+    found: &mut Found,
+) -> Result<Previous, VerifyError> {
     let proof =
         ConsistencyProof::parse(&proof_file.text).map_err(|error| VerifyError::MalformedProof {
             file: proof_file.name.clone(),
@@ -426,7 +438,7 @@ fn previous(
         });
         return Ok(Previous::None);
     }
-    let r = if old.size == 0 {
+    let verified = if old.size == 0 {
         if old.root == attest::log::empty_root() {
             Ok(())
         } else {
@@ -442,7 +454,7 @@ fn previous(
         )
         .map_err(Inconsistency::from)
     };
-    match r {
+    match verified {
         Ok(()) => Ok(Previous::Verified(PreviousCheck::ProofVerified {
             old_size: old.size,
         })),
