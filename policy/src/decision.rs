@@ -382,13 +382,12 @@ fn check_operator(
 ) {
     let rule = cx.rule;
     let subject = format!("operator {}", operator.id);
-    let (jur, actual) = parse_place(&operator.nationality);
-    cx.check(
-        jur.is_some() && admits(rule, home, jur),
+    check_place(
+        cx,
         Attribute::Nationality,
         &subject,
-        expected_places(rule, home),
-        actual,
+        &operator.nationality,
+        home,
     );
     let Some(requirement) = rule.clearance else {
         return;
@@ -417,13 +416,12 @@ fn check_operator(
 fn check_node(cx: &mut Ctx<'_>, node: &Node, home: Option<Jurisdiction>) {
     let rule = cx.rule;
     let subject = format!("node {}", node.id);
-    let (jur, actual) = parse_place(&node.jurisdiction);
-    cx.check(
-        jur.is_some() && admits(rule, home, jur),
+    check_place(
+        cx,
         Attribute::Jurisdiction,
         &subject,
-        expected_places(rule, home),
-        actual,
+        &node.jurisdiction,
+        home,
     );
     let req = &rule.node;
     if let Some(min) = req.attestation {
@@ -490,6 +488,25 @@ fn check_node(cx: &mut Ctx<'_>, node: &Node, home: Option<Jurisdiction>) {
             },
         );
     }
+}
+
+/// The place of a subject (a node's jurisdiction, an operator's nationality) must be a valid
+/// code, and one the rule admits for the tenant's `home`.
+fn check_place(
+    cx: &mut Ctx<'_>,
+    attribute: Attribute,
+    subject: &str,
+    place: &str,
+    home: Option<Jurisdiction>,
+) {
+    let (jur, actual) = parse_place(place);
+    cx.check(
+        jur.is_some() && admits(cx.rule, home, jur),
+        attribute,
+        subject,
+        expected_places(cx.rule, home),
+        actual,
+    );
 }
 
 fn parse_place(s: &str) -> (Option<Jurisdiction>, String) {
