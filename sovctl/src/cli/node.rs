@@ -281,7 +281,7 @@ pub async fn usage(c: Client, cmd: UsageCmd, j: bool) -> CmdResult {
             after,
             limit,
         } => {
-            let mut q = UsageQuery {
+            let q = UsageQuery {
                 tenant,
                 lease,
                 after,
@@ -296,39 +296,7 @@ pub async fn usage(c: Client, cmd: UsageCmd, j: bool) -> CmdResult {
                     }
                 });
             }
-            // Every page, printed as it arrives: `--json` writes one `{"records":[...]}`
-            // document, the shape of a single page without `next_after`.
-            if j {
-                print!("{{\"records\":[");
-            }
-            let mut first = true;
-            loop {
-                let page = c.usage(&q).await?;
-                for r in &page.records {
-                    if j {
-                        let text = serde_json::to_string(r).map_err(|e| Fail::usage(report(&e)))?;
-                        print!("{}\n{text}", if first { "" } else { "," });
-                    } else {
-                        print_usage(r);
-                    }
-                    first = false;
-                }
-                match page.next_after {
-                    Some(next) if q.after.is_none_or(|a| next > a) => q.after = Some(next),
-                    Some(next) => {
-                        return Err(Fail::usage(format!(
-                            "the node answered a page after {} with next_after {next}, which \
-                             does not advance",
-                            q.after.unwrap_or_default()
-                        )))
-                    }
-                    None => break,
-                }
-            }
-            if j {
-                println!("\n]}}");
-            }
-            Ok(Exit::Ok)
+            all_usage_pages(&c, q, j).await
         }
         UsageCmd::Receipt { id, out } => {
             let r = c.receipt(id).await?;
@@ -346,6 +314,43 @@ pub async fn usage(c: Client, cmd: UsageCmd, j: bool) -> CmdResult {
             Ok(Exit::Ok)
         }
     }
+}
+
+/// Every page, printed as it arrives: `--json` writes one `{"records":[...]}` document, the
+/// shape of a single page without `next_after`. A node whose pages do not advance is an
+/// error, not an endless loop.
+async fn all_usage_pages(c: &Client, mut q: UsageQuery, j: bool) -> CmdResult {
+    if j {
+        print!("{{\"records\":[");
+    }
+    let mut first = true;
+    loop {
+        let page = c.usage(&q).await?;
+        for r in &page.records {
+            if j {
+                let text = serde_json::to_string(r).map_err(|e| Fail::usage(report(&e)))?;
+                print!("{}\n{text}", if first { "" } else { "," });
+            } else {
+                print_usage(r);
+            }
+            first = false;
+        }
+        match page.next_after {
+            Some(next) if q.after.is_none_or(|a| next > a) => q.after = Some(next),
+            Some(next) => {
+                return Err(Fail::usage(format!(
+                    "the node answered a page after {} with next_after {next}, which \
+                     does not advance",
+                    q.after.unwrap_or_default()
+                )))
+            }
+            None => break,
+        }
+    }
+    if j {
+        println!("\n]}}");
+    }
+    Ok(Exit::Ok)
 }
 
 /// One usage record, one line.
