@@ -221,6 +221,15 @@ pub enum Fault {
     EnergyBackwards,
 }
 
+/// A fault of the driver itself, injected through the control file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DriverFault {
+    /// The driver is wedged: system-wide queries (driver version, device count) return
+    /// `NVML_ERROR_UNKNOWN`, so the node cannot take its GPU inventory.
+    Error,
+}
+
 /// The control file: per-device load, faults and processes, keyed by index or UUID.
 ///
 /// ```json
@@ -242,6 +251,9 @@ pub struct Control {
     /// toggled it and reset the GPUs; absent: the mode `NVML_SIM_CC` set.
     #[serde(default)]
     pub cc: Option<CcMode>,
+    /// A fault of the driver as a whole (`{"driver": "error"}`); absent: it answers.
+    #[serde(default)]
+    pub driver: Option<DriverFault>,
 }
 
 impl Control {

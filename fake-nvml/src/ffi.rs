@@ -512,7 +512,10 @@ pub unsafe extern "C" fn nvmlSystemGetDriverVersion(
     length: c_uint,
 ) -> nvmlReturn_t {
     guard(|| {
-        let v = with_sim(|s| Ok(s.config().driver_version.clone()))?;
+        let v = with_sim(|s| {
+            s.driver()?;
+            Ok(s.config().driver_version.clone())
+        })?;
         // SAFETY: NVML contract: `version` holds `length` bytes.
         unsafe { put_str(version, length, &v) }
     })
@@ -569,7 +572,10 @@ pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion_v2(cuda: *mut c_int) -> 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlDeviceGetCount_v2(count: *mut c_uint) -> nvmlReturn_t {
     guard(|| {
-        let n = with_sim(|s| Ok(s.device_count()))?;
+        let n = with_sim(|s| {
+            s.driver()?;
+            Ok(s.device_count())
+        })?;
         // SAFETY: NVML contract: `count` is null or points to a uint.
         unsafe { put(count, n) }
     })

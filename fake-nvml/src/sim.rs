@@ -6,7 +6,7 @@
 
 use sha2::{Digest, Sha256};
 
-use crate::config::{CcMode, ConfigError, Control, Fault, SimConfig};
+use crate::config::{CcMode, ConfigError, Control, DriverFault, Fault, SimConfig};
 use crate::model::Model;
 
 /// Why a device query failed; the FFI shell maps these to NVML return codes.
@@ -79,6 +79,8 @@ pub struct Simulation {
     cc_gpus_ready: bool,
     /// CC mode set through the control file, overriding `NVML_SIM_CC`.
     cc_override: Option<CcMode>,
+    /// The driver fault the control file injects, if any.
+    driver_fault: Option<DriverFault>,
     /// Attestation identities, built on first use (P-384 key derivation is not free).
     attesters: Vec<Option<std::sync::Arc<attest::nvidia::sim::SimGpu>>>,
 }
@@ -211,6 +213,7 @@ impl Simulation {
             now_ms,
             cc_gpus_ready: false,
             cc_override: None,
+            driver_fault: None,
             attesters,
         }
     }
@@ -280,6 +283,7 @@ impl Simulation {
             self.cc_gpus_ready = false;
         }
         self.cc_override = control.cc;
+        self.driver_fault = control.driver;
         for (((d, l), f), p) in self.devices.iter_mut().zip(load).zip(faults).zip(procs) {
             d.load_pct = l;
             d.fault = f;
@@ -290,6 +294,14 @@ impl Simulation {
 
     pub fn device_count(&self) -> u32 {
         self.devices.len() as u32
+    }
+
+    /// Whether the driver answers system-wide queries (no injected driver fault).
+    pub fn driver(&self) -> Result<(), SimError> {
+        match self.driver_fault {
+            None => Ok(()),
+            Some(DriverFault::Error) => Err(SimError::Unknown),
+        }
     }
 
     /// The device at `index`, whatever its state (handles are host-side and always resolve).
@@ -590,6 +602,18 @@ mod tests {
         let p1 = s.device(1).unwrap().processes();
         assert_eq!(p1.iter().map(|p| p.pid).collect::<Vec<_>>(), [7, 8]);
         assert!(p1[0].used_memory_bytes > 0);
+    }
+
+    #[test]
+    fn a_driver_fault_fails_system_queries_until_it_is_cleared() {
+        let mut s = sim("H100:2");
+        assert_eq!(s.driver(), Ok(()));
+        s.apply_control(&control(r#"{"driver": "error"}"#), 1_000_000)
+            .unwrap();
+        assert_eq!(s.driver(), Err(SimError::Unknown));
+        s.apply_control(&control("{}"), 1_000_000).unwrap();
+        assert_eq!(s.driver(), Ok(()));
+        assert!(Control::parse(r#"{"driver": "lost"}"#).is_err());
     }
 
     #[test]

@@ -8,12 +8,11 @@ pub(super) async fn health(
     Extension(p): Extension<Principal>,
 ) -> ApiResult<Json<Health>> {
     let n = node.clone();
-    let (size, gpus, problems) = blocking(&node, move |_| {
-        let size = n.with_ledger(|l| l.size());
-        let gpus = n.inventory().map(|g| g.len()).unwrap_or(0);
-        Ok((size, gpus, n.problems()))
+    let (size, (problems, gpus)) = blocking(&node, move |_| {
+        Ok((n.with_ledger(|l| l.size()), n.health()))
     })
     .await?;
+    let problems: Vec<String> = problems.iter().map(ToString::to_string).collect();
     Ok(Json(Health {
         status: if problems.is_empty() {
             "ok"

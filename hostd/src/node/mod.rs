@@ -47,6 +47,7 @@ mod attestation;
 mod commit;
 mod error;
 mod gpu_events;
+mod health;
 mod leases;
 mod metering;
 mod tenants;
@@ -55,6 +56,7 @@ mod verified;
 mod workloads;
 
 pub use error::{InternalError, NodeError};
+pub use health::HealthProblem;
 pub use leases::holder;
 pub use workloads::TransferFacts;
 

@@ -73,27 +73,4 @@ impl Node {
     pub fn set_metering_failure(&self, since_ms: Option<i64>) {
         *lock(&self.metering_failing_since) = since_ms;
     }
-
-    /// What is wrong with the node right now, for `/v1/health` (empty when healthy). No
-    /// internal detail: the log has it.
-    pub fn problems(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        if let Some(since) = *lock(&self.metering_failing_since) {
-            out.push(format!(
-                "metering rounds have been failing since {} (usage since then is not yet \
-                 recorded; acknowledged records are safe); the node's log says why",
-                rfc3339_ms(since)
-            ));
-        }
-        let behind = self.clock.behind_ms();
-        if behind > 1000 {
-            out.push(format!(
-                "the system clock is {} s behind times already recorded; node time holds at \
-                 {} until it catches up, and nothing is metered meanwhile",
-                behind / 1000,
-                rfc3339_ms(self.clock.now_ms())
-            ));
-        }
-        out
-    }
 }

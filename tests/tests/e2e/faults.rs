@@ -92,3 +92,34 @@ fn lost_gpu_stops_its_metering_and_backwards_energy_is_not_charged() {
     let ended = json(&node.sovctl("operator", &["--json", "lease", "end", &id]));
     assert_eq!(ended["lease"]["state"], "ended");
 }
+
+/// A driver that does not answer NVML's system queries: the node cannot see its GPUs, and
+/// health says so (degraded), rather than "ok" with no GPUs; it is ok again once the driver
+/// answers.
+#[test]
+fn a_driver_that_does_not_answer_degrades_health() {
+    let node = DevNode::start(&[]);
+    let health = || json(&node.sovctl("operator", &["--json", "health"]));
+    let before = health();
+    assert_eq!(before["status"], "ok", "{before}");
+    assert_eq!(before["gpus"], 8, "{before}");
+    let control = node.dir.join("gpu-control.json");
+    std::fs::write(&control, r#"{"driver": "error"}"#).unwrap();
+    let degraded = wait_for(10, "health to say degraded", || {
+        let h = health();
+        (h["status"] == "degraded").then_some(h)
+    });
+    assert_eq!(degraded["gpus"], 0, "{degraded}");
+    assert!(
+        degraded["problems"][0]
+            .as_str()
+            .is_some_and(|p| p.contains("GPU inventory cannot be read")),
+        "{degraded}"
+    );
+    std::fs::write(&control, "{}\n").unwrap();
+    let after = wait_for(10, "health to be ok again", || {
+        let h = health();
+        (h["status"] == "ok").then_some(h)
+    });
+    assert_eq!(after["gpus"], 8, "{after}");
+}
