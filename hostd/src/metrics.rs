@@ -25,8 +25,10 @@ fn esc(v: &str) -> String {
 pub fn render(node: &Node) -> String {
     let host = esc(&node.config().node.name);
     let leases = node.leases().unwrap_or_default();
-    let scrapes: Vec<GpuScrape> = node
-        .inventory()
+    // An inventory that cannot be read is said as such, not as a node without GPUs.
+    let inventory = node.inventory();
+    let inventory_up = u64::from(inventory.is_ok());
+    let scrapes: Vec<GpuScrape> = inventory
         .unwrap_or_default()
         .into_iter()
         .map(|info| GpuScrape {
@@ -36,7 +38,7 @@ pub fn render(node: &Node) -> String {
         })
         .collect();
     let mut out = render_gpus(&scrapes);
-    render_counters(&mut out, &host, &node_counters(node, &leases));
+    render_counters(&mut out, &host, &node_counters(node, &leases, inventory_up));
     out
 }
 
@@ -152,8 +154,9 @@ fn render_gpus(gpus: &[GpuScrape]) -> String {
 /// One of hostd's own series: name, type, help, value.
 type Counter = (&'static str, &'static str, &'static str, u64);
 
-/// hostd's own series: leases, the ledger, and the meter's counters since start.
-fn node_counters(node: &Node, leases: &[Lease]) -> [Counter; 7] {
+/// hostd's own series: the GPU inventory's state, leases, the ledger, and the meter's
+/// counters since start.
+fn node_counters(node: &Node, leases: &[Lease], inventory_up: u64) -> [Counter; 8] {
     let active = leases
         .iter()
         .filter(|l| l.state == LeaseState::Active)
@@ -161,6 +164,12 @@ fn node_counters(node: &Node, leases: &[Lease]) -> [Counter; 7] {
     let st = &node.stats;
     let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
     [
+        (
+            "hostd_gpu_inventory_up",
+            "gauge",
+            "Whether NVML could enumerate the GPUs at this scrape.",
+            inventory_up,
+        ),
         ("hostd_leases_active", "gauge", "Active leases.", active),
         (
             "hostd_ledger_records",

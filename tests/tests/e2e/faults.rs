@@ -110,6 +110,7 @@ fn a_driver_that_does_not_answer_degrades_health() {
         (h["status"] == "degraded").then_some(h)
     });
     assert_eq!(degraded["gpus"], 0, "{degraded}");
+    assert_eq!(metric(&node, "hostd_gpu_inventory_up"), 0.0);
     assert!(
         degraded["problems"][0]
             .as_str()
@@ -122,4 +123,5 @@ fn a_driver_that_does_not_answer_degrades_health() {
         (h["status"] == "ok").then_some(h)
     });
     assert_eq!(after["gpus"], 8, "{after}");
+    assert_eq!(metric(&node, "hostd_gpu_inventory_up"), 1.0);
 }
