@@ -102,6 +102,22 @@ fn changes_of_the_same_gpu(old: &GpuState, cur: &mut GpuState, events: &mut Vec<
 }
 
 impl Node {
+    /// Logs a failed GPU inventory: at once, then once a minute with the count, so that a
+    /// wedged driver does not write a line every metering round and every health check.
+    pub(super) fn inventory_failed(&self, e: &(dyn std::error::Error + 'static)) {
+        if let Some(n) = self
+            .repeated
+            .hit("gpu-inventory", std::time::Instant::now())
+        {
+            warn!(
+                error = %report(e),
+                events = n,
+                "the GPU inventory cannot be read; GPU state changes are not checked and \
+                 health says degraded until it can"
+            );
+        }
+    }
+
     pub fn inventory(&self) -> Result<Vec<GpuInfo>, NodeError> {
         self.gpus
             .inventory()
@@ -115,7 +131,7 @@ impl Node {
         let inventory = match self.gpus.inventory() {
             Ok(i) => i,
             Err(e) => {
-                warn!(error = %report(&e), "GPU inventory failed; GPU state changes not checked this round");
+                self.inventory_failed(&e);
                 return Ok(());
             }
         };

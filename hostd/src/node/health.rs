@@ -49,7 +49,7 @@ impl Node {
         let gpus = match self.inventory() {
             Ok(gpus) => gpus.len(),
             Err(e) => {
-                warn!(error = %report(&e), "health: the GPU inventory cannot be read");
+                self.inventory_failed(&e);
                 out.push(HealthProblem::GpuInventoryUnreadable);
                 0
             }

@@ -91,6 +91,9 @@ pub struct Node {
     attestations_in_flight: AtomicUsize,
     /// Since when metering rounds have been failing (node time, ms), for `/v1/health`.
     metering_failing_since: Mutex<Option<i64>>,
+    /// One log line a minute per kind of repeated failure (a GPU inventory that cannot be
+    /// read fails every metering round and every health check).
+    repeated: crate::admission::LogLimiter,
 }
 
 /// Evidence collections allowed at once. Each one asks every CC GPU for a signed report, which
@@ -137,6 +140,7 @@ impl Node {
             latest_attestation: Mutex::new(None),
             attestations_in_flight: AtomicUsize::new(0),
             metering_failing_since: Mutex::new(None),
+            repeated: crate::admission::LogLimiter::new(std::time::Duration::from_secs(60)),
         };
         node.recover()?;
         let (leases, cursors) = node.check_state()?;
