@@ -52,8 +52,9 @@ pub struct Health {
     pub jurisdiction: String,
     /// hostd's version.
     pub version: String,
-    /// Number of GPUs in the inventory.
-    pub gpus: usize,
+    /// Number of GPUs in the inventory; `null` when it cannot be read (the driver does not
+    /// answer, and [`Health::problems`] says so), which is not a node without GPUs.
+    pub gpus: Option<usize>,
     /// Number of records in the signed ledger.
     pub ledger_size: u64,
     /// The caller's SPIFFE identity, as the node authenticated it.

@@ -32,9 +32,9 @@ pub enum HealthProblem {
 }
 
 impl Node {
-    /// What is wrong with the node right now (empty when healthy), and how many GPUs it sees.
-    /// A GPU inventory that cannot be read is a problem, not zero GPUs.
-    pub fn health(&self) -> (Vec<HealthProblem>, usize) {
+    /// What is wrong with the node right now (empty when healthy), and how many GPUs it sees
+    /// (`None` when the inventory cannot be read: a problem, not zero GPUs).
+    pub fn health(&self) -> (Vec<HealthProblem>, Option<usize>) {
         let mut out = Vec::new();
         if let Some(since_ms) = *lock(&self.metering_failing_since) {
             out.push(HealthProblem::MeteringFailing { since_ms });
@@ -46,12 +46,13 @@ impl Node {
                 holds_at_ms: self.clock.now_ms(),
             });
         }
-        let gpus = match self.inventory() {
-            Ok(gpus) => gpus.len(),
+        // NVML's own error, as the metering round logs it: one failure, one wording.
+        let gpus = match self.gpus.inventory() {
+            Ok(gpus) => Some(gpus.len()),
             Err(e) => {
                 self.inventory_failed(&e);
                 out.push(HealthProblem::GpuInventoryUnreadable);
-                0
+                None
             }
         };
         (out, gpus)

@@ -121,9 +121,13 @@ fn show<T: serde::Serialize>(json_out: bool, v: &T, human: impl FnOnce(&T)) -> C
 pub async fn health(c: Client, j: bool) -> CmdResult {
     let h = c.health().await?;
     show(j, &h, |h| {
+        let gpus = match h.gpus {
+            Some(n) => format!("{n} GPUs"),
+            None => "GPUs unknown".to_string(),
+        };
         println!(
-            "{} ({}) is up: {} GPUs, {} ledger records; you are {}",
-            h.node, h.jurisdiction, h.gpus, h.ledger_size, h.you
+            "{} ({}) is up: {gpus}, {} ledger records; you are {}",
+            h.node, h.jurisdiction, h.ledger_size, h.you
         );
         for p in &h.problems {
             println!("  DEGRADED: {p}");
