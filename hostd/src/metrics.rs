@@ -21,10 +21,13 @@ fn esc(v: &str) -> String {
 }
 
 /// Renders every metric. Sampling errors are reported as `hostd_gpu_up 0`, never as gaps
-/// that look like zeros.
+/// that look like zeros; a lease table that cannot be read as `hostd_lease_table_up 0`, with
+/// no `hostd_leases_active` row rather than a false 0.
 pub fn render(node: &Node) -> String {
     let host = esc(&node.config().node.name);
-    let leases = node.leases().unwrap_or_default();
+    let readable = node.leases_if_readable();
+    let active = readable.as_deref().map(active_leases);
+    let leases = readable.unwrap_or_default();
     // An inventory that cannot be read is said as such, not as a node without GPUs.
     let inventory = node.inventory();
     let inventory_up = u64::from(inventory.is_ok());
@@ -38,8 +41,15 @@ pub fn render(node: &Node) -> String {
         })
         .collect();
     let mut out = render_gpus(&scrapes);
-    render_counters(&mut out, &host, &node_counters(node, &leases, inventory_up));
+    render_counters(&mut out, &host, &node_counters(node, active, inventory_up));
     out
+}
+
+fn active_leases(leases: &[Lease]) -> u64 {
+    leases
+        .iter()
+        .filter(|l| l.state == LeaseState::Active)
+        .count() as u64
 }
 
 /// One GPU at this scrape: its inventory, its labels, and its sample if NVML answered.
@@ -151,31 +161,34 @@ fn render_gpus(gpus: &[GpuScrape]) -> String {
     out
 }
 
-/// One of hostd's own series: name, type, help, value.
-type Counter = (&'static str, &'static str, &'static str, u64);
+/// One of hostd's own series: name, type, help, value (`None`: no row, the value is not known
+/// at this scrape).
+type Counter = (&'static str, &'static str, &'static str, Option<u64>);
 
-/// hostd's own series: the GPU inventory's state, leases, the ledger, and the meter's
-/// counters since start.
-fn node_counters(node: &Node, leases: &[Lease], inventory_up: u64) -> [Counter; 8] {
-    let active = leases
-        .iter()
-        .filter(|l| l.state == LeaseState::Active)
-        .count() as u64;
+/// hostd's own series: the GPU inventory's and the lease table's state, active leases (`None`
+/// when the lease table cannot be read), the ledger, and the meter's counters since start.
+fn node_counters(node: &Node, active: Option<u64>, inventory_up: u64) -> [Counter; 9] {
     let st = &node.stats;
-    let load = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    let load = |c: &std::sync::atomic::AtomicU64| Some(c.load(Ordering::Relaxed));
     [
         (
             "hostd_gpu_inventory_up",
             "gauge",
             "Whether NVML could enumerate the GPUs at this scrape.",
-            inventory_up,
+            Some(inventory_up),
+        ),
+        (
+            "hostd_lease_table_up",
+            "gauge",
+            "Whether the store could list the leases at this scrape.",
+            Some(u64::from(active.is_some())),
         ),
         ("hostd_leases_active", "gauge", "Active leases.", active),
         (
             "hostd_ledger_records",
             "gauge",
             "Records in the signed usage log.",
-            node.with_ledger(|l| l.size()),
+            Some(node.with_ledger(|l| l.size())),
         ),
         (
             "hostd_meter_ticks_total",
@@ -212,10 +225,10 @@ fn node_counters(node: &Node, leases: &[Lease], inventory_up: u64) -> [Counter; 
 
 fn render_counters(out: &mut String, host: &str, counters: &[Counter]) {
     for (name, kind, help, v) in counters {
-        let _ = writeln!(
-            out,
-            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{Hostname=\"{host}\"}} {v}"
-        );
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        if let Some(v) = v {
+            let _ = writeln!(out, "{name}{{Hostname=\"{host}\"}} {v}");
+        }
     }
 }
 

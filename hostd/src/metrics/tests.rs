@@ -110,11 +110,38 @@ fn counters_carry_the_host_label() {
     render_counters(
         &mut out,
         "n1",
-        &[("hostd_leases_active", "gauge", "Active leases.", 3)],
+        &[("hostd_leases_active", "gauge", "Active leases.", Some(3))],
     );
     assert_eq!(
         out,
         "# HELP hostd_leases_active Active leases.\n# TYPE hostd_leases_active gauge\n\
          hostd_leases_active{Hostname=\"n1\"} 3\n"
     );
+}
+
+#[test]
+fn a_counter_not_known_at_this_scrape_has_no_row_rather_than_a_false_zero() {
+    let mut out = String::new();
+    render_counters(
+        &mut out,
+        "n1",
+        &[
+            ("hostd_lease_table_up", "gauge", "Lease table.", Some(0)),
+            ("hostd_leases_active", "gauge", "Active leases.", None),
+        ],
+    );
+    assert!(
+        out.contains("hostd_lease_table_up{Hostname=\"n1\"} 0\n"),
+        "{out}"
+    );
+    assert!(out.contains("# TYPE hostd_leases_active gauge\n"), "{out}");
+    assert!(!out.contains("hostd_leases_active{"), "{out}");
+}
+
+#[test]
+fn active_leases_counts_only_active_ones() {
+    let mut ended = lease("L-2", "t");
+    ended.state = LeaseState::Ended;
+    assert_eq!(active_leases(&[lease("L-1", "t"), ended]), 1);
+    assert_eq!(active_leases(&[]), 0);
 }

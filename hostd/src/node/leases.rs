@@ -8,6 +8,26 @@ impl Node {
         Ok(self.leases.scan(LEASE_PREFIX)?)
     }
 
+    /// The leases, or `None` when the store cannot list them, for readers that go on without
+    /// them (`/metrics`) and must not read that as "no leases". The failure is logged at once
+    /// and then once a minute with a count.
+    pub fn leases_if_readable(&self) -> Option<Vec<Lease>> {
+        match self.leases() {
+            Ok(leases) => Some(leases),
+            Err(e) => {
+                if let Some(n) = self.repeated.hit("lease-table", std::time::Instant::now()) {
+                    warn!(
+                        error = %report(&e),
+                        events = n,
+                        "the lease table cannot be read; /metrics omits lease labels and \
+                         hostd_leases_active until it can"
+                    );
+                }
+                None
+            }
+        }
+    }
+
     pub fn lease(&self, id: &str) -> Result<Lease, NodeError> {
         self.leases
             .get(&LeasesKey::Lease(id).key())?

@@ -127,4 +127,5 @@ fn a_driver_that_does_not_answer_degrades_health() {
     });
     assert_eq!(after["gpus"], 8, "{after}");
     assert_eq!(metric(&node, "hostd_gpu_inventory_up"), 1.0);
+    assert_eq!(metric(&node, "hostd_lease_table_up"), 1.0);
 }
