@@ -408,9 +408,11 @@ pub struct ParsedNote {
 pub struct OpenedNote {
     /// The signed text, including its final newline.
     pub text: String,
-    /// Signatures by known keys, all verified (duplicates listed once).
+    /// Signatures by known keys, all verified; each key (name and key ID) is listed once,
+    /// with its first signature, however many signature lines it has.
     pub verified: Vec<NoteSignature>,
-    /// Signatures by keys not among the verifiers, not checked (duplicates listed once).
+    /// Signatures by keys not among the verifiers, not checked; each key (name and key ID)
+    /// is listed once, with its first signature line.
     pub unverified: Vec<NoteSignature>,
 }
 
@@ -507,12 +509,15 @@ pub fn open(note: impl AsRef<[u8]>, verifiers: &[NoteVerifier]) -> Result<Opened
                         key_id: sig.key_id,
                     });
                 }
-                if !verified.contains(&sig) {
+                // Listed once per key, not per line: a signer may write two different
+                // valid signatures (Ed25519 nonces need not be deterministic), and a count of
+                // verified keys must not count one key twice.
+                if !verified.iter().any(|s| same_key(s, &sig)) {
                     verified.push(sig);
                 }
             }
             None => {
-                if !unverified.contains(&sig) {
+                if !unverified.iter().any(|s| same_key(s, &sig)) {
                     unverified.push(sig);
                 }
             }
@@ -531,6 +536,12 @@ pub fn open(note: impl AsRef<[u8]>, verifiers: &[NoteVerifier]) -> Result<Opened
         verified,
         unverified,
     })
+}
+
+/// Whether two signature lines are by the same key: the same name and key ID (the key ID is
+/// a hash of the name and the public key), whatever their signature bytes.
+fn same_key(a: &NoteSignature, b: &NoteSignature) -> bool {
+    a.name == b.name && a.key_id == b.key_id
 }
 
 /// Signs `text` (which must end with a newline) and returns the note.

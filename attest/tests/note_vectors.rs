@@ -301,6 +301,57 @@ fn unknown_signatures_are_ignored_and_duplicates_collapsed() {
     assert!(note::open(&at_cap, &[v]).is_ok());
 }
 
+/// A signer may write two different signatures that both verify (Ed25519 does not require
+/// deterministic nonces): the key is still one verified key, listed once.
+#[test]
+fn one_key_with_two_valid_signatures_is_listed_once() {
+    use ed25519_dalek::hazmat::{raw_sign, ExpandedSecretKey};
+    use ed25519_dalek::SigningKey;
+    use sha2::{Digest, Sha512};
+    let seed = [42u8; 32];
+    let s = signer();
+    let v = s.verifier();
+    let text = "text\n";
+    let good = note::sign(text, &s).expect("sign");
+    let own_line = good.rsplit_once("\n\n").expect("split").1;
+    let own = B64
+        .decode(own_line.trim_end().rsplit_once(' ').expect("sig").1)
+        .expect("b64");
+    // The same key, another nonce: a different, equally valid signature.
+    let mut esk = ExpandedSecretKey::from_bytes(&Sha512::digest(seed).into());
+    esk.hash_prefix = [1; 32];
+    let vk = SigningKey::from_bytes(&seed).verifying_key();
+    let other = raw_sign::<Sha512>(&esk, text.as_bytes(), &vk).to_bytes();
+    assert_ne!(other[..], own[4..], "a second, different signature");
+    let mut bytes = own[..4].to_vec();
+    bytes.extend_from_slice(&other);
+    let second = format!("— example.com/test {}\n", B64.encode(&bytes));
+    let alone = format!("{text}\n{second}");
+    assert!(
+        note::open(&alone, std::slice::from_ref(&v)).is_ok(),
+        "it verifies"
+    );
+    let opened = note::open(format!("{good}{second}"), std::slice::from_ref(&v)).expect("opens");
+    assert_eq!(opened.verified.len(), 1, "{:?}", opened.verified);
+    assert_eq!(
+        opened.verified[0].signature,
+        own[4..],
+        "the first line is kept"
+    );
+
+    // Unknown keys are listed once per key too.
+    let witness = NoteSigner::from_seed("witness.example", &[9; 32]).expect("signer");
+    let w_line = note::sign(text, &witness).expect("sign");
+    let w_line = w_line.rsplit_once("\n\n").expect("split").1;
+    let mut w_other = B64
+        .decode(w_line.trim_end().rsplit_once(' ').expect("sig").1)
+        .expect("b64");
+    w_other[10] ^= 1; // unchecked: only its key counts
+    let w_second = format!("— witness.example {}\n", B64.encode(&w_other));
+    let opened = note::open(format!("{good}{w_line}{w_second}"), &[v]).expect("opens");
+    assert_eq!(opened.unverified.len(), 1, "{:?}", opened.unverified);
+}
+
 #[test]
 fn keys_round_trip_and_bad_keys_are_rejected() {
     let s = NoteSigner::generate("node-1.example/usage").expect("generate");
