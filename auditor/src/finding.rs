@@ -256,6 +256,13 @@ pub enum Inconsistency {
     /// no log extends it.
     #[error("the previous checkpoint claims size 0 with a non-empty root")]
     NonEmptyRootAtZero,
+    /// A proof from size 0 carries hashes: every log extends the empty one, so the proof
+    /// from it is empty, and hashes there prove nothing (the file was not made by a node).
+    #[error("a consistency proof from size 0 must be empty, but it has {hashes} hashes")]
+    NonEmptyProofFromZero {
+        /// Number of hashes the proof file carries.
+        hashes: usize,
+    },
 }
 
 /// Something the auditor should know that does not make the export invalid.

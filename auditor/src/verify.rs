@@ -439,10 +439,14 @@ fn check_consistency(
         return Ok(Previous::None);
     }
     let verified = if old.size == 0 {
-        if old.root == attest::log::empty_root() {
-            Ok(())
-        } else {
+        if old.root != attest::log::empty_root() {
             Err(Inconsistency::NonEmptyRootAtZero)
+        } else if !proof.hashes.is_empty() {
+            Err(Inconsistency::NonEmptyProofFromZero {
+                hashes: proof.hashes.len(),
+            })
+        } else {
+            Ok(())
         }
     } else {
         verify_consistency(

@@ -387,6 +387,27 @@ fn proof_rejected() {
         ),
         "{p:?}"
     );
+    // Size 0 with the empty root, but a proof that is not empty (docs/audit.md: it must be).
+    f.previous(signed_checkpoint(&[], &signer()));
+    let mut proof = crate::layout::ConsistencyProof::parse(&consistency(&f.leaves, 0)).unwrap();
+    proof.hashes.push([7; 32]);
+    f.proof(proof.format());
+    let p = f.one_problem();
+    assert!(
+        matches!(
+            p,
+            Finding::ProofRejected {
+                reason: Inconsistency::NonEmptyProofFromZero { hashes: 1 },
+                ..
+            }
+        ),
+        "{p:?}"
+    );
+    assert!(
+        p.to_string()
+            .ends_with("(a consistency proof from size 0 must be empty, but it has 1 hashes): it was rewritten or forked"),
+        "{p}"
+    );
 }
 
 #[test]
