@@ -609,13 +609,21 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
         Ok(s.job)
     }
 
+    /// Asks systemd to stop the job's unit. A request systemd did not take is not left marked
+    /// as made: the lease's end and the quota check skip jobs marked, so they would never ask
+    /// again.
     async fn stop_unit(&self, s: &mut StoredJob) -> Result<(), NodeError> {
         s.stop_requested = true;
         self.tree.put(&s.key(), s)?;
-        self.units.stop(&s.unit).await.map_err(|e| {
-            warn!(job = %s.job.id, error = %report(&e), "stopping the job failed");
-            NodeError::Unavailable("the node could not stop the job; try again".into())
-        })
+        let Err(e) = self.units.stop(&s.unit).await else {
+            return Ok(());
+        };
+        warn!(job = %s.job.id, error = %report(&e), "stopping the job failed");
+        s.stop_requested = false;
+        self.tree.put(&s.key(), s)?;
+        Err(NodeError::Unavailable(
+            "the node could not stop the job; try again".into(),
+        ))
     }
 
     /// Reads every running job's unit: its end, its counters; stops jobs whose lease ended;
@@ -628,7 +636,10 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
                 lock(&self.live).remove(&key);
                 continue;
             };
-            self.refresh_one(&mut s).await?;
+            // One job's failure must not hold up the others, the quotas or the lease ends.
+            if let Err(e) = self.refresh_one(&mut s).await {
+                warn!(job = %s.job.id, lease = %s.job.lease, error = %report(&e), "cannot refresh the job; retrying");
+            }
         }
         #[cfg(feature = "dev")]
         self.show_sim_load();
@@ -651,21 +662,29 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
                 }
                 due
             };
+            // One lease's failure must not leave the others unchecked.
             if due {
-                self.enforce_quota(&lease).await?;
+                if let Err(e) = self.enforce_quota(&lease).await {
+                    warn!(lease = %lease, error = %report(&e), "cannot enforce the lease's scratch quota; retrying");
+                }
             }
         }
         Ok(())
     }
 
+    /// The quota covers the scratch and the lease's job logs, which its jobs' output fills
+    /// outside the scratch: a job printing without end would otherwise fill the work disk.
     async fn enforce_quota(&self, lease: &str) -> Result<(), NodeError> {
         let s = self.scratch.clone();
         let l = lease.to_owned();
-        let over = tokio::task::spawn_blocking(move || s.check_quota(&l, 0))
+        let logs = self.paths.work.join("logs").join(lease);
+        let over = tokio::task::spawn_blocking(move || s.check_quota(&l, logs_bytes(&logs)?))
             .await
             .map_err(|e| internal("checking a scratch quota", e))?;
-        let Err(ScratchError::OverQuota { would, quota, .. }) = over else {
-            return Ok(());
+        let (would, quota) = match over {
+            Ok(()) => return Ok(()),
+            Err(ScratchError::OverQuota { would, quota, .. }) => (would, quota),
+            Err(e) => return Err(internal("counting a lease's scratch", e)),
         };
         warn!(lease = %lease, bytes = would, quota, "scratch over its quota: stopping the lease's jobs");
         for key in self.live_jobs_of(lease) {
@@ -676,10 +695,8 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
                 continue;
             }
             s.stop_reason = Some("scratch-quota".into());
-            if self.stop_unit(&mut s).await.is_err() {
-                s.stop_requested = false;
-                self.tree.put(&key, &s)?;
-            }
+            // A failed stop is logged and unmarked by `stop_unit`; the next check asks again.
+            let _ = self.stop_unit(&mut s).await;
         }
         Ok(())
     }
@@ -922,25 +939,34 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
 
     /// Leases that have ended and run nothing more give their uid back, and their logs and
     /// scratch are deleted: a tenant's data does not outlive its lease.
+    /// One lease that cannot be released is retried at the next round; the others go on.
     async fn release_ended_leases(&self) -> Result<(), NodeError> {
         let holders = lock(&self.uids).leases();
         for lease in holders {
             if !self.live_jobs_of(&lease).is_empty() {
                 continue;
             }
-            if self.lease_has_ended(&lease)? {
-                self.erase_scratch(&lease).await?;
-                if let Err(e) = self.firewall.remove(&lease).await {
-                    warn!(lease = %lease, error = %report(&e), "cannot remove the lease's network; retrying");
-                    continue;
-                }
-                lock(&self.nets).remove(&lease);
-                self.erase_lease_files(&lease)?;
-                self.uid_tree.remove(&lease)?;
-                lock(&self.uids).release(&lease);
-                info!(lease = %lease, "lease's scratch crypto-erased, network removed, uid released");
+            if let Err(e) = self.release_if_ended(&lease).await {
+                warn!(lease = %lease, error = %report(&e), "cannot release the ended lease; retrying");
             }
         }
+        Ok(())
+    }
+
+    async fn release_if_ended(&self, lease: &str) -> Result<(), NodeError> {
+        if !self.lease_has_ended(lease)? {
+            return Ok(());
+        }
+        self.erase_scratch(lease).await?;
+        self.firewall
+            .remove(lease)
+            .await
+            .map_err(|e| internal("removing the lease's network", e))?;
+        lock(&self.nets).remove(lease);
+        self.erase_lease_files(lease)?;
+        self.uid_tree.remove(lease)?;
+        lock(&self.uids).release(lease);
+        info!(lease = %lease, "lease's scratch crypto-erased, network removed, uid released");
         Ok(())
     }
 
@@ -985,6 +1011,19 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
             }
         }
         Ok(())
+    }
+}
+
+/// Bytes of a lease's job logs (none yet: 0).
+fn logs_bytes(dir: &Path) -> Result<u64, ScratchError> {
+    match std::fs::symlink_metadata(dir) {
+        Ok(_) => super::scratch::tree_bytes(dir),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+        Err(source) => Err(ScratchError::Io {
+            what: "stat",
+            path: dir.to_owned(),
+            source,
+        }),
     }
 }
 

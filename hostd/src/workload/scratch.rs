@@ -30,6 +30,7 @@
 
 #[cfg(any(test, feature = "dev"))]
 mod mem;
+mod tree;
 #[cfg(any(test, feature = "dev"))]
 pub mod volume;
 
@@ -41,7 +42,7 @@ use fscrypt::{KeyIdentifier, KeyStatus, RawKey, Removal};
 use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -85,6 +86,13 @@ pub enum ScratchError {
         path: PathBuf,
         #[source]
         source: io::Error,
+    },
+    #[error("cannot {what} the tree under {path}")]
+    Tree {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: tree::TreeError,
     },
 }
 
@@ -168,36 +176,26 @@ fn io_err(what: &'static str, path: &Path) -> impl FnOnce(io::Error) -> ScratchE
     move |source| ScratchError::Io { what, path, source }
 }
 
-/// Bytes under `dir` as [`Scratch::bytes_used`] counts them. Entries deleted during the walk
-/// count as nothing.
+/// Bytes under `dir` as [`Scratch::bytes_used`] counts them: each regular file's length or
+/// its allocated blocks, whichever is more. Entries deleted during the walk count as nothing.
+/// The walk holds one directory at a time (see [`tree`]): a job can nest its scratch deeper
+/// than any path can name.
 pub(crate) fn tree_bytes(dir: &Path) -> Result<u64, ScratchError> {
-    let mut total = 0u64;
-    let mut pending = vec![dir.to_owned()];
-    while let Some(dir) = pending.pop() {
-        for entry in fs::read_dir(&dir).map_err(io_err("list", &dir))? {
-            let entry = entry.map_err(io_err("list", &dir))?;
-            // DirEntry::metadata does not follow symlinks.
-            let meta = match entry.metadata() {
-                Ok(m) => m,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(io_err("stat", &entry.path())(e)),
-            };
-            if meta.is_dir() {
-                pending.push(entry.path());
-            } else if meta.is_file() {
-                total = total.saturating_add(meta.len().max(meta.blocks().saturating_mul(512)));
-            }
-        }
-    }
-    Ok(total)
+    tree::bytes(dir).map_err(tree_err("count", dir))
 }
 
-/// Deletes `dir` and everything under it without following symlinks (`remove_dir_all`
-/// opens each level relative to its parent, no-follow); already gone is fine.
+/// Deletes `dir` and everything under it without following symlinks, one directory at a
+/// time (see [`tree`]); already gone is fine.
 pub(crate) fn delete_tree(dir: &Path) -> Result<(), ScratchError> {
-    match fs::remove_dir_all(dir) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io_err("delete", dir)(e)),
-        _ => Ok(()),
+    tree::delete(dir).map_err(tree_err("delete", dir))
+}
+
+fn tree_err(what: &'static str, path: &Path) -> impl FnOnce(tree::TreeError) -> ScratchError {
+    let path = path.to_owned();
+    move |e| ScratchError::Tree {
+        what,
+        path,
+        source: e,
     }
 }
 
@@ -478,6 +476,8 @@ impl Fscrypt {
 mod tests {
     //! On a real loop-mounted ext4 (`-O encrypt`) where the test runs as root; skipped with a
     //! printed reason otherwise. Id validation and unknown leases need no mount.
+
+    use std::os::unix::fs::MetadataExt;
 
     use super::volume::DevVolume;
     use super::*;
