@@ -59,19 +59,82 @@ pub struct Invoice {
 /// Bills `tenant` for the usage records whose interval starts in `[from_ms, to_ms)`.
 ///
 /// The same as feeding every record to an [`InvoiceBuilder`]: callers reading a large ledger
-/// use the builder directly and never hold all of its records.
+/// use the builder directly and never hold all of its records. A sum that does not fit a
+/// `u64` is an error, never a wrapped or saturated amount.
 pub fn invoice(
     records: &[UsageRecord],
     tenant: &str,
     from_ms: Option<i64>,
     to_ms: Option<i64>,
     start_ms: impl Fn(&UsageRecord) -> Option<i64>,
-) -> (Vec<InvoiceLine>, Vec<u64>) {
+) -> Result<(Vec<InvoiceLine>, Vec<u64>), BillOverflow> {
     let mut b = InvoiceBuilder::new(tenant, from_ms, to_ms);
     for r in records {
-        b.add(r, start_ms(r));
+        b.add(r, start_ms(r))?;
     }
-    b.finish()
+    Ok(b.finish())
+}
+
+/// Which sum of an invoice overflowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BillSum {
+    /// A line's `gpu_ms`.
+    GpuMs,
+    /// A line's `amount_paise`.
+    AmountPaise,
+}
+
+impl std::fmt::Display for BillSum {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            BillSum::GpuMs => "gpu_ms",
+            BillSum::AmountPaise => "amount_paise",
+        })
+    }
+}
+
+/// A bill whose sums do not fit the `u64` fields of an [`Invoice`]. No real use comes near
+/// (`u64::MAX` paise is about ₹1.8 × 10¹⁷): the records are corrupt or forged, and the bill
+/// is refused rather than wrapped (which would bill almost nothing) or saturated (which would
+/// bill an amount nobody used).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, thiserror::Error)]
+#[serde(tag = "overflow", rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum BillOverflow {
+    /// Adding record `record` to the line of `lease` takes its `sum` past `u64::MAX`.
+    #[error(
+        "the {sum} of lease {lease} ({gpu_model}) does not fit 64 bits once record {record} \
+         ({value}) is added to {so_far}"
+    )]
+    Line {
+        /// The line's lease.
+        lease: String,
+        /// The line's GPU model.
+        gpu_model: String,
+        /// Which of its sums overflowed.
+        sum: BillSum,
+        /// The record whose value overflowed it.
+        record: u64,
+        /// That record's value of the sum (`gpu_ms` or `amount_paise`).
+        value: u64,
+        /// The line's sum before it.
+        so_far: u64,
+    },
+    /// The lines' amounts, each within 64 bits, do not sum to a total that is.
+    #[error("the invoice total of {lines} lines does not fit 64 bits of paise")]
+    Total {
+        /// Number of invoice lines summed.
+        lines: usize,
+    },
+}
+
+/// The sum of the lines' `amount_paise`: an invoice's `total_paise`, checked.
+pub fn total_paise(lines: &[InvoiceLine]) -> Result<u64, BillOverflow> {
+    lines
+        .iter()
+        .try_fold(0u64, |t, l| t.checked_add(l.amount_paise))
+        .ok_or(BillOverflow::Total { lines: lines.len() })
 }
 
 /// One invoice line being summed.
@@ -112,16 +175,19 @@ impl InvoiceBuilder {
 
     /// Adds `r` if it is the tenant's and its interval, starting at `start_ms` (`None`: its
     /// start is unreadable, and it is not billed), starts within the period. Records are
-    /// expected in ledger order: that is the order of the bill's record ids.
-    pub fn add(&mut self, r: &UsageRecord, start_ms: Option<i64>) {
+    /// expected in ledger order: that is the order of the bill's record ids. A record that
+    /// would take its line's GPU time or amount past `u64::MAX` is an error, and the builder
+    /// is left as it was before it.
+    pub fn add(&mut self, r: &UsageRecord, start_ms: Option<i64>) -> Result<(), BillOverflow> {
         if r.tenant != self.tenant {
-            return;
+            return Ok(());
         }
-        let Some(start) = start_ms else { return };
+        let Some(start) = start_ms else {
+            return Ok(());
+        };
         if self.from_ms.is_some_and(|f| start < f) || self.to_ms.is_some_and(|t| start >= t) {
-            return;
+            return Ok(());
         }
-        self.ids.push(r.id);
         let acc = self
             .by_key
             .entry((r.lease.clone(), r.gpu_model.clone(), r.rate_paise_per_hour))
@@ -133,13 +199,30 @@ impl InvoiceBuilder {
                 amount: 0,
                 records: 0,
             });
+        let overflow = |sum, value, so_far| BillOverflow::Line {
+            lease: r.lease.clone(),
+            gpu_model: r.gpu_model.clone(),
+            sum,
+            record: r.id,
+            value,
+            so_far,
+        };
+        let gpu_ms = acc
+            .gpu_ms
+            .checked_add(r.gpu_ms)
+            .ok_or_else(|| overflow(BillSum::GpuMs, r.gpu_ms, acc.gpu_ms))?;
+        let amount = acc
+            .amount
+            .checked_add(r.amount_paise)
+            .ok_or_else(|| overflow(BillSum::AmountPaise, r.amount_paise, acc.amount))?;
         if !acc.gpus.contains(&r.gpu_uuid) {
             acc.gpus.insert(r.gpu_uuid.clone());
         }
-        acc.gpu_ms += r.gpu_ms;
+        (acc.gpu_ms, acc.amount) = (gpu_ms, amount);
         acc.energy_j += r.energy_joules;
-        acc.amount += r.amount_paise;
         acc.records += 1;
+        self.ids.push(r.id);
+        Ok(())
     }
 
     /// The invoice lines (one per lease, GPU model and rate, in that order) and the ids of
@@ -237,7 +320,7 @@ mod tests {
             (0..40).map(|h| rec(h as u64, "hyd-speech", h)).collect();
         records.push(rec(40, "other", 0));
         let start = |r: &UsageRecord| r.start.parse::<i64>().ok().map(|h| h * 3_600_000);
-        let (lines, ids) = invoice(&records, "hyd-speech", None, None, start);
+        let (lines, ids) = invoice(&records, "hyd-speech", None, None, start).unwrap();
         assert_eq!(lines.len(), 1);
         assert_eq!(lines[0].amount_paise, 1_000_000);
         assert_eq!(lines[0].gpu_hours, 40.0);
@@ -249,7 +332,8 @@ mod tests {
             Some(10 * 3_600_000),
             Some(20 * 3_600_000),
             start,
-        );
+        )
+        .unwrap();
         assert_eq!(lines[0].records, 10);
     }
 
@@ -276,16 +360,82 @@ mod tests {
             (Some(59 * 3_600_000), None),
             (None, Some(0)),
         ] {
-            let expected = invoice(&records, "hyd-speech", from, to, start);
+            let expected = invoice(&records, "hyd-speech", from, to, start).unwrap();
             let mut b = InvoiceBuilder::new("hyd-speech", from, to);
             for r in &records {
-                b.add(r, start(r));
+                b.add(r, start(r)).unwrap();
             }
             assert_eq!(b.finish(), expected, "period {from:?}..{to:?}");
         }
-        let (lines, ids) = invoice(&records, "hyd-speech", None, None, start);
+        let (lines, ids) = invoice(&records, "hyd-speech", None, None, start).unwrap();
         assert!(lines.len() > 3, "{lines:?}");
         assert!(!ids.contains(&13) && !ids.contains(&5) && ids.contains(&14));
+    }
+
+    /// Sums that do not fit 64 bits are errors naming the line and the record, never a
+    /// wrapped amount (which would bill almost nothing) or a saturated one.
+    #[test]
+    fn sums_past_u64_are_refused_not_wrapped() {
+        let start = |r: &UsageRecord| r.start.parse::<i64>().ok().map(|h| h * 3_600_000);
+        let mut big = rec(0, "a", 0);
+        big.amount_paise = u64::MAX - 1;
+        let mut two = rec(1, "a", 1);
+        two.amount_paise = 2;
+        let e = invoice(&[big.clone(), two.clone()], "a", None, None, start).unwrap_err();
+        assert_eq!(
+            e,
+            BillOverflow::Line {
+                lease: "lease-1".into(),
+                gpu_model: "H100".into(),
+                sum: BillSum::AmountPaise,
+                record: 1,
+                value: 2,
+                so_far: u64::MAX - 1,
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "the amount_paise of lease lease-1 (H100) does not fit 64 bits once record 1 (2) \
+                 is added to {}",
+                u64::MAX - 1
+            )
+        );
+        // The builder is left as it was: the record that overflowed is not billed.
+        let mut b = InvoiceBuilder::new("a", None, None);
+        b.add(&big, start(&big)).unwrap();
+        assert!(b.add(&two, start(&two)).is_err());
+        let (lines, ids) = b.finish();
+        assert_eq!(
+            (lines[0].amount_paise, lines[0].records, ids),
+            (u64::MAX - 1, 1, vec![0])
+        );
+        // GPU time too.
+        let mut long = rec(2, "a", 2);
+        long.gpu_ms = u64::MAX;
+        let e = invoice(&[two.clone(), long], "a", None, None, start).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                BillOverflow::Line {
+                    sum: BillSum::GpuMs,
+                    record: 2,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        // Each line fits, their total does not.
+        two.lease = "lease-2".into();
+        let (lines, _) = invoice(&[big, two], "a", None, None, start).unwrap();
+        assert_eq!(lines.len(), 2);
+        assert_eq!(total_paise(&lines), Err(BillOverflow::Total { lines: 2 }));
+        assert_eq!(
+            total_paise(&lines).unwrap_err().to_string(),
+            "the invoice total of 2 lines does not fit 64 bits of paise"
+        );
+        assert_eq!(total_paise(&lines[1..]), Ok(2));
+        assert_eq!(total_paise(&[]), Ok(0));
     }
 
     #[test]

@@ -185,25 +185,46 @@ pub(super) async fn bill(
         let mut acc = billing::InvoiceBuilder::new(&q.tenant, from_ms, to_ms);
         let checkpoint = n.fold_verified_ledger(|index, leaf| {
             if let Some(r) = billing::usage_record(index, leaf).map_err(NodeError::internal)? {
-                acc.add(&r, parse_time_ms(&r.start).ok());
+                acc.add(&r, parse_time_ms(&r.start).ok())
+                    .map_err(unbillable)?;
             }
             Ok(())
         })?;
-        let (lines, record_ids) = acc.finish();
-        let total_paise = lines.iter().map(|l| l.amount_paise).sum();
-        Ok(Invoice {
-            tenant: q.tenant,
-            from: q.from,
-            to: q.to,
-            lines,
-            total_paise,
-            total: format_inr(total_paise),
-            record_ids,
-            checkpoint,
-        })
+        finish_invoice(acc, q, checkpoint)
     })
     .await?;
     Ok(Json(invoice))
+}
+
+/// The invoice of the records folded into `acc`, its total checked: sums past `u64` are an
+/// error, never a wrapped total.
+fn finish_invoice(
+    acc: billing::InvoiceBuilder,
+    q: BillQuery,
+    checkpoint: String,
+) -> Result<Invoice, NodeError> {
+    let (lines, record_ids) = acc.finish();
+    let total_paise = billing::total_paise(&lines).map_err(unbillable)?;
+    Ok(Invoice {
+        tenant: q.tenant,
+        from: q.from,
+        to: q.to,
+        lines,
+        total_paise,
+        total: format_inr(total_paise),
+        record_ids,
+        checkpoint,
+    })
+}
+
+/// A bill whose sums do not fit 64 bits: 409 with the line and record that overflowed (the
+/// caller may see its own bill's records), logged; no real use comes near it.
+fn unbillable(e: billing::BillOverflow) -> NodeError {
+    tracing::warn!(error = %e, "a bill does not fit 64 bits; refused");
+    NodeError::Conflict(format!(
+        "the bill cannot be computed: {e}; the ledger's usage records hold amounts no real use \
+         reaches (ask for a shorter period with from/to, and audit the ledger)"
+    ))
 }
 
 #[cfg(test)]
@@ -379,6 +400,51 @@ mod tests {
             }
         }
         assert_eq!(pages, 5, "30 records, 7 per scan");
+    }
+
+    /// A bill past `u64::MAX` paise is a clear 409, never a wrapped total (release) or a
+    /// panic (debug): per line while folding, and for the total of lines that each fit.
+    #[test]
+    fn a_bill_past_u64_is_refused_not_wrapped() {
+        let rec = |id: u64, lease: &str, amount: u64| {
+            let leaf = usage(id, "a", lease);
+            let mut r = billing::usage_record(id, &leaf).unwrap().unwrap();
+            r.amount_paise = amount;
+            r
+        };
+        let q = || BillQuery {
+            tenant: "a".into(),
+            from: None,
+            to: None,
+        };
+        let start = Some(0);
+        let mut acc = billing::InvoiceBuilder::new("a", None, None);
+        acc.add(&rec(0, "x", u64::MAX), start).unwrap();
+        acc.add(&rec(1, "y", 1), start).unwrap();
+        let e = finish_invoice(acc, q(), String::new()).unwrap_err();
+        let NodeError::Conflict(m) = &e else {
+            panic!("{e:?}")
+        };
+        assert!(
+            m.starts_with("the bill cannot be computed: the invoice total of 2 lines does not fit"),
+            "{m}"
+        );
+        let r = ApiError::from(e).into_response();
+        assert_eq!(r.status(), StatusCode::CONFLICT);
+
+        let mut acc = billing::InvoiceBuilder::new("a", None, None);
+        acc.add(&rec(0, "x", u64::MAX), start).unwrap();
+        let e = unbillable(acc.add(&rec(1, "x", 1), start).unwrap_err());
+        assert!(
+            matches!(&e, NodeError::Conflict(m) if m.contains("lease x") && m.contains("record 1")),
+            "{e:?}"
+        );
+        // Within 64 bits: the total is the sum.
+        let mut acc = billing::InvoiceBuilder::new("a", None, None);
+        acc.add(&rec(0, "x", u64::MAX - 1), start).unwrap();
+        acc.add(&rec(1, "y", 1), start).unwrap();
+        let inv = finish_invoice(acc, q(), String::new()).unwrap();
+        assert_eq!(inv.total_paise, u64::MAX);
     }
 
     #[test]
