@@ -114,7 +114,7 @@ fn over_quota(lease: &str, bytes: u64, remaining: u64) -> ApiError {
 
 /// One transfer, logged and recorded in the ledger when it ends (completed or not) with the
 /// bytes moved: on drop, so a client that goes away mid-body is recorded too.
-struct Transfer {
+pub(super) struct Transfer {
     /// Where the record goes; `None` only in unit tests of the byte counting.
     node: Option<Arc<Node>>,
     tenant: String,
@@ -175,10 +175,11 @@ fn record(node: &Node, facts: &TransferFacts) {
 }
 
 impl Transfer {
-    fn new(
+    /// `path` names what is transferred in the node's log (the ledger's record has no path).
+    pub(super) fn new(
         node: &Arc<Node>,
         lease: &Lease,
-        path: &RelPath,
+        path: String,
         direction: &'static str,
         client: IpAddr,
         decision: TransferDecision,
@@ -187,7 +188,7 @@ impl Transfer {
             node: Some(node.clone()),
             tenant: lease.tenant.clone(),
             lease: lease.id.clone(),
-            path: path.as_string(),
+            path,
             direction,
             bytes: 0,
             complete: false,
@@ -195,20 +196,30 @@ impl Transfer {
             decision,
         }
     }
+
+    /// Counts `n` more bytes as transferred.
+    pub(super) fn sent(&mut self, n: u64) {
+        self.bytes = self.bytes.saturating_add(n);
+    }
+
+    /// Marks the transfer as complete: everything there was went.
+    pub(super) fn finished(&mut self) {
+        self.complete = true;
+    }
 }
 
 /// The client's address as the policy and the record see it (an IPv4 client of a dual-stack
 /// listener as IPv4).
-fn client_ip(peer: SocketAddr) -> IpAddr {
+pub(super) fn client_ip(peer: SocketAddr) -> IpAddr {
     policy::cidr::canonical_ip(peer.ip())
 }
 
 /// The policy's decision on the lease's data leaving for `client`. A refusal is recorded at
 /// once (0 bytes) and answered 403 with the policy's digest and reasons.
-async fn decide_download(
+pub(super) async fn decide_download(
     node: &Arc<Node>,
     lease: &Lease,
-    rel: &RelPath,
+    what: &str,
     client: IpAddr,
 ) -> ApiResult<TransferDecision> {
     let d =
@@ -220,7 +231,7 @@ async fn decide_download(
     tracing::warn!(
         tenant = %lease.tenant,
         lease = %lease.id,
-        path = %rel.as_string(),
+        path = %what,
         client = %client,
         reasons = ?d.reasons,
         "download denied by residency policy"
@@ -275,7 +286,14 @@ pub(super) async fn put_file(
     let target = rel.clone();
     let mut upload = run_blocking(move || root.create(&target)).await?;
     let decision = TransferDecision::upload(&node.residency().digest());
-    let mut t = Transfer::new(&node, &lease, &rel, "in", client_ip(peer), decision);
+    let mut t = Transfer::new(
+        &node,
+        &lease,
+        rel.as_string(),
+        "in",
+        client_ip(peer),
+        decision,
+    );
     let idle = Duration::from_secs(node.config().api.body_deadline_secs.max(1));
     if let Err(e) = receive(&mut upload, body, remaining, idle, &mut t).await {
         return Ok(closing(e));
@@ -391,12 +409,12 @@ async fn serve(
     rel: RelPath,
     client: IpAddr,
 ) -> ApiResult<Response> {
-    let decision = decide_download(node, lease, &rel, client).await?;
+    let decision = decide_download(node, lease, &rel.as_string(), client).await?;
     let jobs = w.jobs()?.clone();
     let root = scratch_root(&jobs, lease).await?;
     let target = rel.clone();
     let opened = run_blocking(move || root.open_read(&target)).await?;
-    let mut t = Transfer::new(node, lease, &rel, "out", client, decision);
+    let mut t = Transfer::new(node, lease, rel.as_string(), "out", client, decision);
     match opened {
         Opened::Dir(entries) => {
             let body = serde_json::to_vec(&listing(entries)).map_err(|e| ApiError::internal(&e))?;

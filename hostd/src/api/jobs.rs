@@ -1,13 +1,16 @@
 //! `/v1/leases/{id}/jobs`: tenants' jobs on their leases.
 //!
 //! A job is reached through its lease, so the lease rules apply: a tenant sees and acts on
-//! its own leases only (another tenant's lease answers 404), operators on all, auditors read.
+//! its own leases only (another tenant's lease answers 404), operators on all, auditors read
+//! jobs but not their output, which is the tenant's data (as its files are). Output leaves
+//! the node as a download: under the residency policy, and recorded in the ledger.
 
 use super::leases::visible_lease;
 use super::*;
 use crate::workload::runner::NodeJobs;
 use attest::report::report;
 use axum::body::{Body, Bytes};
+use axum::extract::ConnectInfo;
 use hostd_api::job::{Job, JobList, NewJob};
 use hostd_api::query::LogsQuery;
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
@@ -92,15 +95,23 @@ pub(super) async fn job_logs(
     State(node): State<Arc<Node>>,
     Extension(p): Extension<Principal>,
     Extension(w): Extension<Workloads>,
+    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
     Path((id, job)): Path<(String, String)>,
     q: Result<Query<LogsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Response> {
     let Query(q) = q.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
+    if p.role == Role::Auditor {
+        return Err(ApiError::forbidden(&p, "read a job's output"));
+    }
     let lease = lease_for(&node, &p, id, false).await?;
     let jobs = w.jobs()?.clone();
     jobs.get(&lease.id, &job)?;
+    let what = format!("output of job {job}");
+    let client = files::client_ip(peer);
+    let decision = files::decide_download(&node, &lease, &what, client).await?;
+    let transfer = files::Transfer::new(&node, &lease, what, "out", client, decision);
     let (tx, mut rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(4);
-    tokio::spawn(stream_log(jobs, lease.id, job, q.follow, tx));
+    tokio::spawn(stream_log(jobs, lease.id, job, q.follow, tx, transfer));
     let body = Body::from_stream(futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)));
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response())
 }
@@ -109,13 +120,15 @@ const LOG_CHUNK: usize = 64 * 1024;
 const FOLLOW_POLL: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Sends the log in chunks; when following, polls for more until the job has ended and
-/// everything it wrote was sent. Stops as soon as the client goes away.
+/// everything it wrote was sent. Stops as soon as the client goes away. The transfer is
+/// recorded when it ends (complete only if everything was sent).
 async fn stream_log(
     jobs: Arc<NodeJobs>,
     lease: String,
     job: String,
     follow: bool,
     tx: tokio::sync::mpsc::Sender<std::io::Result<Bytes>>,
+    mut transfer: files::Transfer,
 ) {
     let path = jobs.log_path(&lease, &job);
     let mut offset = 0u64;
@@ -126,11 +139,12 @@ async fn stream_log(
                 .get(&lease, &job)
                 .map(|j| j.state.is_final())
                 .unwrap_or(true);
-        match read_from(&path, offset, &tx).await {
+        match read_from(&path, offset, &tx, &mut transfer).await {
             Ok(n) => offset += n,
             Err(()) => return,
         }
         if ended {
+            transfer.finished();
             return;
         }
         tokio::time::sleep(FOLLOW_POLL).await;
@@ -145,6 +159,7 @@ async fn read_from(
     path: &std::path::Path,
     offset: u64,
     tx: &tokio::sync::mpsc::Sender<std::io::Result<Bytes>>,
+    transfer: &mut files::Transfer,
 ) -> Result<u64, ()> {
     let mut f = match tokio::fs::File::open(path).await {
         Ok(f) => f,
@@ -174,5 +189,6 @@ async fn read_from(
             return Err(());
         }
         sent += n as u64;
+        transfer.sent(n as u64);
     }
 }

@@ -20,6 +20,11 @@ const HOTPLUG_PORT: &str = "late-port";
 /// answers connections there itself (a guest forward) with a line naming the mirror.
 pub(crate) const MIRROR: (&str, u16) = ("10.0.2.100", 9000);
 pub(crate) const MIRROR_GREETING: &str = "sovereign-dataset-mirror";
+/// Where the model hub abroad of the node's policy is, as the VM sees it: qemu runs a program
+/// for each connection there that leaves a file ([`Fixture::abroad_marker`]), so a job that
+/// reached it would show. Not the host's own address (10.0.2.2): tenants and operators come
+/// from there through the host forward, and their downloads are decided by that address.
+pub(crate) const ABROAD: (&str, u16) = ("10.0.2.101", 9001);
 const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
 const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
 
@@ -219,15 +224,17 @@ impl Fixture {
         }
     }
 
-    /// The dev residency policy with its egress endpoints where the VM can reach them: the
-    /// in-country dataset mirror is qemu's guest forward ([`MIRROR`]), the model hub abroad is
-    /// the host itself as the VM sees it (10.0.2.2). Signed with the dev policy authority.
+    /// The dev residency policy with its endpoints where the VM sees them: the in-country
+    /// dataset mirror is qemu's guest forward ([`MIRROR`]), the model hub abroad another one
+    /// ([`ABROAD`]), and the dev user's workstation in India, whose downloads the policy
+    /// decides, is the host itself (10.0.2.2, where the host forward's connections come from).
+    /// Signed with the dev policy authority.
     fn node_policy(&self, out: &Path) {
         let dev = std::fs::read_to_string(self.dev.join("policy.toml")).expect("dev policy");
-        let (ip, _) = MIRROR;
         let policy = dev
-            .replace("\"10.233.1.0/24\"", &format!("\"{ip}/32\""))
-            .replace("\"10.233.2.0/24\"", "\"10.0.2.2/32\"");
+            .replace("\"10.233.1.0/24\"", &format!("\"{}/32\"", MIRROR.0))
+            .replace("\"10.233.2.0/24\"", &format!("\"{}/32\"", ABROAD.0))
+            .replace("\"127.0.0.0/8\"", "\"10.0.2.2/32\"");
         assert_ne!(policy, dev, "the dev policy's endpoints moved");
         std::fs::write(out, policy).expect("node policy");
         ok(
@@ -321,6 +328,11 @@ impl Fixture {
             enrolled.contains("\"tpm_ek_certificate_sha256\""),
             "the enrollment names the checked EK certificate: {enrolled}"
         );
+    }
+
+    /// The file qemu leaves when anything in the VM connects to the model hub abroad.
+    pub(crate) fn abroad_marker(&self) -> PathBuf {
+        self.work.join("abroad-reached")
     }
 
     pub(crate) fn sovctl(&self, profile: &str, args: &[&str]) -> Output {
@@ -754,8 +766,15 @@ impl Vm {
             .args([
                 "-netdev",
                 &format!(
-                    "user,id=n0,hostfwd=tcp:127.0.0.1:{}-:7443,guestfwd=tcp:{}:{}-cmd:echo {MIRROR_GREETING}",
-                    fx.port, MIRROR.0, MIRROR.1
+                    "user,id=n0,hostfwd=tcp:127.0.0.1:{}-:7443,\
+                     guestfwd=tcp:{}:{}-cmd:echo {MIRROR_GREETING},\
+                     guestfwd=tcp:{}:{}-cmd:touch {}",
+                    fx.port,
+                    MIRROR.0,
+                    MIRROR.1,
+                    ABROAD.0,
+                    ABROAD.1,
+                    fx.abroad_marker().display()
                 ),
             ])
             .args([

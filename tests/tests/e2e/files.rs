@@ -155,6 +155,8 @@ fn transfers_are_decided_by_the_policy_and_recorded() {
     );
     assert!(!d["reasons"].as_array().unwrap().is_empty(), "{d}");
 
+    job_output_is_a_download(&node, &la, &lp);
+
     let out_dir = tempfile::tempdir().unwrap();
     let export = out_dir.path().join("export");
     let export = export.to_str().unwrap();
@@ -164,9 +166,59 @@ fn transfers_are_decided_by_the_policy_and_recorded() {
         "",
         &["audit", "verify", export, "--vkey", vkey.to_str().unwrap()],
     ));
-    assert!(verified.contains("transfer 4"), "{verified}");
+    assert!(verified.contains("transfer 6"), "{verified}");
     end_and_wait(&node, "hyd-speech", &la);
     end_and_wait(&node, "hyd-speech", &lp);
+}
+
+/// A job's output leaving the node is a download like a file's: allowed and recorded with its
+/// bytes from the internal lease; refused (403 with the policy's reasons) and recorded from
+/// the public one, whose output never reaches the client; never readable by an auditor.
+fn job_output_is_a_download(node: &DevNode, internal: &str, public: &str) {
+    let (code, out) = run(node, "hyd-speech", internal, "echo hello");
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("hello"), "{out}");
+    let recs = transfers(node, internal, 3);
+    let logs: Vec<_> = recs
+        .iter()
+        .filter(|r| r["direction"] == "out" && r["bytes"] == 6)
+        .collect();
+    assert_eq!(logs.len(), 1, "{recs:#?}");
+    assert_eq!(
+        (logs[0]["decision"].as_str(), logs[0]["complete"].as_bool()),
+        (Some("allow"), Some(true)),
+        "{recs:#?}"
+    );
+
+    let denied = node.sovctl(
+        "hyd-speech",
+        &[
+            "job",
+            "run",
+            "--lease",
+            public,
+            "--",
+            "/bin/echo",
+            "from-public",
+        ],
+    );
+    let err = String::from_utf8_lossy(&denied.stderr);
+    assert!(err.contains("download denied by residency policy"), "{err}");
+    assert!(!String::from_utf8_lossy(&denied.stdout).contains("from-public"));
+    let recs = transfers(node, public, 3);
+    let denials = recs
+        .iter()
+        .filter(|r| r["direction"] == "out" && r["decision"] == "deny" && r["bytes"] == 0)
+        .count();
+    assert_eq!(denials, 2, "{recs:#?}");
+
+    let jobs = json(&node.sovctl(
+        "hyd-speech",
+        &["--json", "job", "list", "--lease", internal],
+    ));
+    let job = jobs["jobs"][0]["id"].as_str().expect("a job").to_owned();
+    let by_auditor = node.sovctl("auditor", &["job", "logs", "--lease", internal, &job]);
+    refused(&by_auditor, 2, "may not read a job's output");
 }
 
 #[test]
