@@ -13,7 +13,7 @@
 //! | instance-identity | signature, enrollment, nonce, age all fine | — | malformed (97), bad signature, unknown authority (97), revoked, enrollment expired / not yet valid, nonce wrong / unknown / expired / reused, evidence stale or from the future |
 //! | executables | every non-configuration reference measurement equal (`pcr.N` against the values of a verified TPM quote) | — | missing or different |
 //! | configuration | `cmdline`, `config`, `*.config`, `policy*` measurements equal | — | missing or different |
-//! | hardware | every GPU report verified and matching its RIMs; the TPM quote (when an AK is enrolled) verified | GPU not attestable (no report), no RIM for its VBIOS/driver version, RIM signer not valid now | fewer GPUs than required, report missing when required, chain/signature/FWID/nonce failure, untrusted root (97), RIM mismatch, claims disagree with the signed report; TPM quote missing though an AK is enrolled, quote without an enrolled AK, quote signature/nonce/selection/digest failure |
+//! | hardware | every GPU report verified and matching its RIMs; the TPM quote (when an AK is enrolled) verified | GPU not attestable (no report), no RIM for its VBIOS/driver version, RIM signer not valid now | fewer distinct GPUs with a verified report than required, one device in two submodules, report missing when required, chain/signature/FWID/nonce failure, untrusted root (97), RIM mismatch, claims disagree with the signed report; TPM quote missing though an AK is enrolled, quote without an enrolled AK, quote signature/nonce/selection/digest failure |
 //!
 //! **PCRs.** Evidence measurements named `pcr.*` are ignored: a node that reads its PCRs from
 //! sysfs and reports them is only saying what it likes. A reference value `pcr.N` is satisfied
@@ -36,7 +36,7 @@ use crate::identity::{self, IdentityError};
 use crate::manifest::{ImageManifest, ManifestError, SignedImageManifest};
 use crate::nvidia::chain::{CertChain, ChainError, VerifiedChain};
 use crate::nvidia::spdm::SpdmReport;
-use crate::nvidia::{verify_report_with_chain, GpuReportError};
+use crate::nvidia::{verify_report_with_chain, DeviceIdentity, GpuReportError};
 use crate::rim::Rim;
 use crate::tpm::{self, TpmError, VerifiedPcrs};
 use ed25519_dalek::{SigningKey, VerifyingKey};
@@ -184,7 +184,8 @@ pub struct VerifierConfig {
     pub nvidia_roots: Vec<Vec<u8>>,
     /// Reference values.
     pub reference: ReferenceValues,
-    /// Fewer GPU submodules than this is contraindicated.
+    /// Fewer distinct GPUs whose report verified than this is contraindicated: a submodule
+    /// without a report, with a failed one, or with another's device does not count.
     pub min_gpus: usize,
     /// Whether a GPU without an attestation report is contraindicated (else a warning).
     pub require_gpu_reports: bool,
@@ -209,6 +210,48 @@ pub enum VerifierError {
     /// The result could not be encoded.
     #[error("encoding the attestation result")]
     Encoding(#[from] CanonicalError),
+}
+
+/// What the GPUs of one piece of evidence show taken together (each GPU's own problems are
+/// reported beside it). Shown as a reason's detail, with [`GpuSetFinding::code`] as its code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum GpuSetFinding {
+    /// Fewer distinct devices with a verified report than `min_gpus`: a GPU without a report,
+    /// or whose report failed, or that is another submodule's device again, is not counted.
+    #[error(
+        "{verified} distinct GPU(s) with a verified report ({submods} in evidence), \
+         {required} required"
+    )]
+    TooFew {
+        /// Submodules whose report verified, each from a device no earlier one named.
+        verified: usize,
+        /// Submodules in the evidence.
+        submods: usize,
+        /// The verifier's `min_gpus`.
+        required: usize,
+    },
+    /// Two submodules' reports come from one device: one GPU posing as two, each report
+    /// answering the nonce derived from a UUID it was given.
+    #[error("{uuid} is the device of {first_uuid} again: both reports are under its {identity}")]
+    DuplicateDevice {
+        /// The later submodule's UUID.
+        uuid: String,
+        /// The UUID of the earlier submodule with the same device.
+        first_uuid: String,
+        /// What the two share.
+        identity: DeviceIdentity,
+    },
+}
+
+impl GpuSetFinding {
+    /// The reason code (documented in docs/attestation.md).
+    pub fn code(&self) -> &'static str {
+        match self {
+            GpuSetFinding::TooFew { .. } => "gpu-missing",
+            GpuSetFinding::DuplicateDevice { .. } => "gpu-device-duplicate",
+        }
+    }
 }
 
 /// Bound on remembered enrollment signatures (cleared wholesale when reached).
@@ -291,6 +334,12 @@ impl Acc {
             self.raise(c, v);
         }
         self.reasons.extend(other.reasons);
+    }
+
+    /// Every finding about the GPUs taken together contraindicates the hardware.
+    fn gpu_set(&mut self, f: &GpuSetFinding) {
+        let detail = crate::report::report(f).to_string();
+        self.fail(Claim::Hardware, tier::CONTRAINDICATED, f.code(), detail);
     }
 
     fn fail(&mut self, c: Claim, value: i8, code: &str, detail: impl Into<String>) {
@@ -621,8 +670,10 @@ impl Verifier {
         }
     }
 
-    /// The GPUs: at least the configured number, each appraised on its own (report, chain,
-    /// nonce bound to this node and challenge, RIM).
+    /// The GPUs: each appraised on its own (report, chain, nonce bound to this node and
+    /// challenge, RIM), then together: no device twice, and at least the configured number
+    /// of distinct devices whose report verified. A submodule is only the node's word; a
+    /// verified report is the device's.
     fn appraise_hardware(
         &self,
         claims: &EvidenceClaims,
@@ -631,21 +682,22 @@ impl Verifier {
         now: u64,
         acc: &mut Acc,
     ) {
-        use Claim::*;
-        if claims.submods.len() < self.config.min_gpus {
-            acc.fail(
-                Hardware,
-                tier::CONTRAINDICATED,
-                "gpu-missing",
-                format!(
-                    "{} GPU(s) in evidence, {} required",
-                    claims.submods.len(),
-                    self.config.min_gpus
-                ),
-            );
+        let outcomes = self.appraise_gpus(&claims.submods, expected_nonce, node_pk, now);
+        let mut devices = Vec::with_capacity(outcomes.len());
+        for outcome in outcomes {
+            acc.merge(outcome.acc);
+            devices.push(outcome.device);
         }
-        for gpu_acc in self.appraise_gpus(&claims.submods, expected_nonce, node_pk, now) {
-            acc.merge(gpu_acc);
+        let (verified, duplicates) = distinct_devices(&claims.submods, &devices);
+        for f in &duplicates {
+            acc.gpu_set(f);
+        }
+        if verified < self.config.min_gpus {
+            acc.gpu_set(&GpuSetFinding::TooFew {
+                verified,
+                submods: claims.submods.len(),
+                required: self.config.min_gpus,
+            });
         }
     }
 
@@ -658,11 +710,11 @@ impl Verifier {
         expected_nonce: &[u8; 32],
         node_pk: &[u8; 32],
         now: u64,
-    ) -> Vec<Acc> {
+    ) -> Vec<GpuOutcome> {
         let one = |gpu: &GpuClaims| {
-            let mut a = Acc::default();
-            self.appraise_gpu(gpu, expected_nonce, node_pk, now, &mut a);
-            a
+            let mut acc = Acc::default();
+            let device = self.appraise_gpu(gpu, expected_nonce, node_pk, now, &mut acc);
+            GpuOutcome { acc, device }
         };
         let with_reports = gpus.iter().filter(|g| g.report.is_some()).count();
         let workers = std::thread::available_parallelism()
@@ -675,14 +727,14 @@ impl Verifier {
         // Never expected; if an appraisal thread panicked, its GPUs are not vouched for, and
         // the result says so instead of losing the appraisal.
         let failed = |gpu: &GpuClaims| {
-            let mut a = Acc::default();
-            a.fail(
+            let mut acc = Acc::default();
+            acc.fail(
                 Claim::Hardware,
                 tier::CONTRAINDICATED,
                 "gpu-appraisal-failed",
                 format!("{}: appraisal failed internally", gpu.uuid),
             );
-            a
+            GpuOutcome { acc, device: None }
         };
         let mut chunks = gpus.chunks(per_worker);
         let own = chunks.next().unwrap_or_default();
@@ -694,7 +746,7 @@ impl Verifier {
                     (chunk, handle)
                 })
                 .collect();
-            let mut out: Vec<Acc> = own.iter().map(one).collect();
+            let mut out: Vec<GpuOutcome> = own.iter().map(one).collect();
             for (chunk, handle) in handles {
                 match handle.join() {
                     Ok(accs) => out.extend(accs),
@@ -706,7 +758,8 @@ impl Verifier {
     }
 
     /// One GPU's appraisal: its signed report (chain, signature, nonce), the claims beside it
-    /// against what it signed, then its measurements against the reference RIMs.
+    /// against what it signed, then its measurements against the reference RIMs. Returns the
+    /// identities of the device whose report verified, for the checks across GPUs.
     fn appraise_gpu(
         &self,
         gpu: &GpuClaims,
@@ -714,18 +767,18 @@ impl Verifier {
         node_pk: &[u8; 32],
         now: u64,
         acc: &mut Acc,
-    ) {
+    ) -> Option<Vec<DeviceIdentity>> {
         let Some(report) = &gpu.report else {
             self.missing_gpu_report(&gpu.uuid, acc);
-            return;
+            return None;
         };
         let nonce = gpu_nonce(expected_nonce, &gpu.uuid, node_pk);
-        let parsed = match self.verify_gpu_report(report, &nonce, now) {
-            Ok(parsed) => parsed,
+        let (parsed, device) = match self.verify_gpu_report(report, &nonce, now) {
+            Ok(verified) => verified,
             Err(e) => {
                 let (tier, code) = gpu_report_failure(&e);
                 acc.fail(Claim::Hardware, tier, code, format!("{}: {e}", gpu.uuid));
-                return;
+                return None;
             }
         };
         let driver = parsed.opaque.driver_version();
@@ -739,6 +792,7 @@ impl Verifier {
         if !rim_problem {
             acc.raise(Claim::Hardware, tier::AFFIRMING);
         }
+        Some(device)
     }
 
     /// A GPU without a report: contraindicated where the relying party requires reports,
@@ -758,16 +812,17 @@ impl Verifier {
     }
 
     /// The report parsed, its certificate chain verified up to a trusted root at `now`, and
-    /// its signature, FWID and nonce checked.
+    /// its signature, FWID and nonce checked; with the identities of the device that signed.
     fn verify_gpu_report(
         &self,
         report: &GpuReport,
         nonce: &[u8; 32],
         now: u64,
-    ) -> Result<SpdmReport, GpuReportError> {
+    ) -> Result<(SpdmReport, Vec<DeviceIdentity>), GpuReportError> {
         let parsed = SpdmReport::parse(&report.spdm).map_err(GpuReportError::Malformed)?;
         let chain = self.verify_gpu_chain(&report.cert_chain, now)?;
-        verify_report_with_chain(parsed, &chain, nonce)
+        let parsed = verify_report_with_chain(parsed, &chain, nonce)?;
+        Ok((parsed, DeviceIdentity::of(&chain)))
     }
 
     /// Compares the report with the reference RIMs for one of its versions (`kind` is
@@ -834,6 +889,41 @@ impl Verifier {
         }
         mismatch
     }
+}
+
+/// One GPU's appraisal, and the identities of its device when its report verified.
+struct GpuOutcome {
+    acc: Acc,
+    device: Option<Vec<DeviceIdentity>>,
+}
+
+/// How many submodules (`gpus`, beside their `devices`) are distinct devices with a verified
+/// report, and a finding for each that is an earlier one's device again, in submodule order.
+fn distinct_devices(
+    gpus: &[GpuClaims],
+    devices: &[Option<Vec<DeviceIdentity>>],
+) -> (usize, Vec<GpuSetFinding>) {
+    let mut first_seen: HashMap<&DeviceIdentity, &str> = HashMap::new();
+    let mut distinct = 0;
+    let mut duplicates = Vec::new();
+    for (gpu, ids) in gpus.iter().zip(devices) {
+        let Some(ids) = ids else { continue };
+        let earlier = ids
+            .iter()
+            .find_map(|id| first_seen.get(id).map(|first| (id, *first)));
+        match earlier {
+            Some((identity, first_uuid)) => duplicates.push(GpuSetFinding::DuplicateDevice {
+                uuid: gpu.uuid.clone(),
+                first_uuid: first_uuid.to_owned(),
+                identity: identity.clone(),
+            }),
+            None => distinct += 1,
+        }
+        for id in ids {
+            first_seen.entry(id).or_insert(&gpu.uuid);
+        }
+    }
+    (distinct, duplicates)
 }
 
 /// The tier and reason code for a GPU report that failed verification. An unknown root is

@@ -8,9 +8,13 @@ use attest::evidence::{
 };
 use attest::identity::{EnrollmentAuthority, EnrollmentCertificate, EnrollmentClaims, NodeKey};
 use attest::manifest::{ImageManifest, ManifestError, SignedImageManifest};
+use attest::nvidia::chain::CertChain;
 use attest::nvidia::sim::{ReportSpec, SimGpu, SimRimSigner};
+use attest::nvidia::DeviceIdentity;
 use attest::rim::Rim;
-use attest::verifier::{NonceError, NonceRegistry, ReferenceValues, Verifier, VerifierConfig};
+use attest::verifier::{
+    GpuSetFinding, NonceError, NonceRegistry, ReferenceValues, Verifier, VerifierConfig,
+};
 use ed25519_dalek::{Signer, SigningKey};
 use sha2::{Digest, Sha256, Sha384};
 use std::collections::{BTreeMap, BTreeSet};
@@ -80,6 +84,21 @@ struct Fx {
 fn sim_gpu() -> &'static SimGpu {
     static GPU: std::sync::OnceLock<SimGpu> = std::sync::OnceLock::new();
     GPU.get_or_init(|| SimGpu::new(b"gpu-0", NOW - 400 * DAY, NOW + 3650 * DAY).unwrap())
+}
+
+/// Six simulated GPUs, each a device of its own (own chain, own keys); the first is
+/// [`sim_gpu`].
+fn sim_fleet() -> Vec<&'static SimGpu> {
+    static MORE: std::sync::OnceLock<Vec<SimGpu>> = std::sync::OnceLock::new();
+    let more = MORE.get_or_init(|| {
+        (1..6)
+            .map(|i| {
+                let seed = format!("gpu-{i}");
+                SimGpu::new(seed.as_bytes(), NOW - 400 * DAY, NOW + 3650 * DAY).unwrap()
+            })
+            .collect()
+    });
+    std::iter::once(sim_gpu()).chain(more).collect()
 }
 
 /// The simulated RIM publisher (valid around NOW) and one whose certificates expired.
@@ -184,6 +203,13 @@ impl Fx {
         Verifier::new(self.config(min_gpus)).unwrap()
     }
 
+    /// A verifier that trusts the roots of every GPU of [`sim_fleet`].
+    fn fleet_verifier(&self, min_gpus: usize) -> Verifier {
+        let mut cfg = self.config(min_gpus);
+        cfg.nvidia_roots = sim_fleet().iter().map(|g| g.root_der().to_vec()).collect();
+        Verifier::new(cfg).unwrap()
+    }
+
     fn report_spec(&self, nonce: [u8; 32]) -> ReportSpec {
         ReportSpec {
             nonce,
@@ -197,9 +223,14 @@ impl Fx {
     }
 
     fn gpu_claims_with(&self, spec: &ReportSpec) -> GpuClaims {
-        let spdm = self.gpu.report(spec).unwrap();
+        self.gpu_claims_on(self.gpu, UUID, spec)
+    }
+
+    /// The submodule `uuid` with a report `gpu` signed over `spec`.
+    fn gpu_claims_on(&self, gpu: &SimGpu, uuid: &str, spec: &ReportSpec) -> GpuClaims {
+        let spdm = gpu.report(spec).unwrap();
         GpuClaims {
-            uuid: UUID.into(),
+            uuid: uuid.into(),
             serial: "1650123456789".into(),
             model: "NVIDIA H100 80GB HBM3".into(),
             vbios_version: VBIOS.into(),
@@ -207,7 +238,7 @@ impl Fx {
             cc_mode: CcMode::On,
             report: Some(GpuReport {
                 spdm,
-                cert_chain: self.gpu.chain().iter().cloned().map(HexBytes).collect(),
+                cert_chain: gpu.chain().iter().cloned().map(HexBytes).collect(),
             }),
         }
     }
@@ -742,7 +773,7 @@ fn gpu_without_report_warns_or_fails_by_config() {
         .appraise(&bytes, &nonce, NOW, &mut issued(nonce))
         .unwrap();
     assert_contra(&ar, "gpu-report-missing");
-    let mut cfg = f.config(1);
+    let mut cfg = f.config(0);
     cfg.require_gpu_reports = false;
     let ar = Verifier::new(cfg)
         .unwrap()
@@ -751,6 +782,52 @@ fn gpu_without_report_warns_or_fails_by_config() {
     assert_eq!(ar.status(), Status::Warning);
     assert_eq!(codes(&ar), vec!["gpu-not-attestable"]);
     assert!(ar.check_affirming_within(NOW, 60).is_err());
+}
+
+#[test]
+fn gpu_without_report_does_not_count_toward_min_gpus() {
+    let f = fx();
+    let nonce = [0x5e; 32];
+    let mut gpu = f.gpu_claims(&nonce);
+    gpu.report = None;
+    let bytes = Evidence::sign(f.claims(nonce, NOW, vec![gpu]), &f.node)
+        .unwrap()
+        .to_bytes()
+        .unwrap();
+    let mut cfg = f.config(1);
+    cfg.require_gpu_reports = false;
+    let ar = Verifier::new(cfg)
+        .unwrap()
+        .appraise(&bytes, &nonce, NOW, &mut issued(nonce))
+        .unwrap();
+    assert_contra(&ar, "gpu-missing");
+    assert_eq!(codes(&ar), vec!["gpu-not-attestable", "gpu-missing"]);
+    let expected = GpuSetFinding::TooFew {
+        verified: 0,
+        submods: 1,
+        required: 1,
+    };
+    assert_eq!(ar.result.reasons[1].detail, expected.to_string());
+    assert_eq!(
+        expected.to_string(),
+        "0 distinct GPU(s) with a verified report (1 in evidence), 1 required"
+    );
+}
+
+#[test]
+fn gpu_whose_report_fails_does_not_count_toward_min_gpus() {
+    let f = fx();
+    let nonce = [0x5f; 32];
+    let gpu = f.gpu_claims(&[0x01; 32]);
+    let bytes = Evidence::sign(f.claims(nonce, NOW, vec![gpu]), &f.node)
+        .unwrap()
+        .to_bytes()
+        .unwrap();
+    let ar = f
+        .verifier(1)
+        .appraise(&bytes, &nonce, NOW, &mut issued(nonce))
+        .unwrap();
+    assert_eq!(codes(&ar), vec!["gpu-nonce-mismatch", "gpu-missing"]);
 }
 
 #[test]
@@ -975,20 +1052,26 @@ fn rim_signed_by_an_expired_certificate_is_no_reference() {
     assert_eq!(codes(&ar), vec!["gpu-rim-expired"]);
 }
 
-/// Signed evidence answering `nonce` with one GPU per UUID; the GPUs at `wrong` answer a
-/// nonce that is not the derived one.
-fn multi_gpu_evidence(f: &Fx, nonce: [u8; 32], uuids: &[String], wrong: &[usize]) -> Vec<u8> {
+/// Signed evidence answering `nonce` with one submodule per UUID, its report signed by the
+/// device beside it in `devices`; the GPUs at `wrong` answer a nonce that is not the derived
+/// one.
+fn multi_gpu_evidence(
+    f: &Fx,
+    nonce: [u8; 32],
+    uuids: &[String],
+    devices: &[&SimGpu],
+    wrong: &[usize],
+) -> Vec<u8> {
     let gpus: Vec<GpuClaims> = uuids
         .iter()
+        .zip(devices)
         .enumerate()
-        .map(|(i, uuid)| {
+        .map(|(i, (uuid, device))| {
             let mut n = gpu_nonce(&nonce, uuid, &f.node.public_key());
             if wrong.contains(&i) {
                 n[0] ^= 1;
             }
-            let mut g = f.gpu_claims_with(&f.report_spec(n));
-            g.uuid = uuid.clone();
-            g
+            f.gpu_claims_on(device, uuid, &f.report_spec(n))
         })
         .collect();
     Evidence::sign(f.claims(nonce, NOW, gpus), &f.node)
@@ -1004,8 +1087,9 @@ fn several_gpus_are_appraised_in_submodule_order_and_deterministically() {
     let uuids: Vec<String> = (0..6)
         .map(|i| format!("GPU-00000000-0000-0000-0000-00000000000{i}"))
         .collect();
-    let bytes = multi_gpu_evidence(&f, nonce, &uuids, &[1, 4]);
-    let v = f.verifier(6);
+    let fleet = sim_fleet();
+    let bytes = multi_gpu_evidence(&f, nonce, &uuids, &fleet, &[1, 4]);
+    let v = f.fleet_verifier(4);
     let a = v.appraise(&bytes, &nonce, NOW, &mut issued(nonce)).unwrap();
     let b = v.appraise(&bytes, &nonce, NOW, &mut issued(nonce)).unwrap();
     assert_eq!(a, b, "same evidence, same signed result");
@@ -1014,9 +1098,68 @@ fn several_gpus_are_appraised_in_submodule_order_and_deterministically() {
     assert_eq!(details.len(), 2, "{details:?}");
     assert!(details[0].starts_with(&uuids[1]), "{details:?}");
     assert!(details[1].starts_with(&uuids[4]), "{details:?}");
-    // All six good: affirming.
+    // The two whose reports failed do not count toward six.
+    let a = f
+        .fleet_verifier(6)
+        .appraise(&bytes, &nonce, NOW, &mut issued(nonce))
+        .unwrap();
+    assert_eq!(
+        codes(&a),
+        vec!["gpu-nonce-mismatch", "gpu-nonce-mismatch", "gpu-missing"]
+    );
+    // All six good, six devices: affirming.
     let nonce = [0x5c; 32];
-    let bytes = multi_gpu_evidence(&f, nonce, &uuids, &[]);
+    let bytes = multi_gpu_evidence(&f, nonce, &uuids, &fleet, &[]);
+    let v = f.fleet_verifier(6);
     let ar = v.appraise(&bytes, &nonce, NOW, &mut issued(nonce)).unwrap();
     assert_eq!(ar.status(), Status::Affirming, "{:?}", ar.result.reasons);
+}
+
+/// One GPU posing as two: two invented UUIDs, the same GPU asked to sign over the nonce derived
+/// from each, the same chain. Each report verifies on its own; together they are refused.
+#[test]
+fn one_device_in_two_submodules_is_refused() {
+    let f = fx();
+    let nonce = [0x60; 32];
+    let uuids: Vec<String> = (0..2)
+        .map(|i| format!("GPU-aaaaaaaa-0000-0000-0000-00000000000{i}"))
+        .collect();
+    let bytes = multi_gpu_evidence(&f, nonce, &uuids, &[f.gpu, f.gpu], &[]);
+    for min_gpus in [1, 2] {
+        let ar = f
+            .verifier(min_gpus)
+            .appraise(&bytes, &nonce, NOW, &mut issued(nonce))
+            .unwrap();
+        assert_contra(&ar, "gpu-device-duplicate");
+        let chain = CertChain::from_der_list(f.gpu.chain()).unwrap();
+        let verified = chain.verify(&[f.gpu.root_der().to_vec()], NOW).unwrap();
+        let expected = GpuSetFinding::DuplicateDevice {
+            uuid: uuids[1].clone(),
+            first_uuid: uuids[0].clone(),
+            identity: DeviceIdentity::of(&verified)[0].clone(),
+        };
+        assert_eq!(ar.result.reasons[0].detail, expected.to_string());
+        // Nothing else is wrong with either report; one device is one GPU toward min_gpus.
+        let want = match min_gpus {
+            1 => vec!["gpu-device-duplicate"],
+            _ => vec!["gpu-device-duplicate", "gpu-missing"],
+        };
+        assert_eq!(codes(&ar), want, "{:?}", ar.result.reasons);
+    }
+}
+
+#[test]
+fn duplicate_device_finding_names_both_gpus_and_the_shared_key() {
+    let f = DeviceIdentity::DeviceKey(vec![0x02, 0xab]);
+    let finding = GpuSetFinding::DuplicateDevice {
+        uuid: "GPU-b".into(),
+        first_uuid: "GPU-a".into(),
+        identity: f,
+    };
+    assert_eq!(finding.code(), "gpu-device-duplicate");
+    assert_eq!(
+        finding.to_string(),
+        "GPU-b is the device of GPU-a again: both reports are under its device certificate \
+         key 02ab"
+    );
 }

@@ -105,6 +105,30 @@ fn sample_chain_verifies_to_its_root_with_fwid() {
     r.verify_signature(&v.leaf_key).unwrap();
 }
 
+/// The chip is named by its "GSP BROM" device certificate (cert 1, serialNumber
+/// 41431D480FE5E87274), then by the "GSP FMC LF" attestation key that signs its reports.
+#[test]
+fn sample_chain_names_the_device_by_its_brom_certificate_key() {
+    use attest::nvidia::DeviceIdentity;
+    use der::Decode;
+    let c = chain();
+    let v = c.verify(&[root(&c)], NOW).unwrap();
+    let key_of = |der: &[u8]| {
+        let cert = x509_cert::Certificate::from_der(der).unwrap();
+        let spki = cert.tbs_certificate.subject_public_key_info;
+        let bits = spki.subject_public_key.raw_bytes();
+        let key = p384::ecdsa::VerifyingKey::from_sec1_bytes(bits).unwrap();
+        key.to_sec1_point(true).as_bytes().to_vec()
+    };
+    assert_eq!(
+        DeviceIdentity::of(&v),
+        vec![
+            DeviceIdentity::DeviceKey(key_of(&c.ders()[1])),
+            DeviceIdentity::AttestationKey(key_of(&c.ders()[0])),
+        ]
+    );
+}
+
 #[test]
 fn sample_full_report_verification() {
     let c = chain();

@@ -104,6 +104,11 @@ pub struct CertChain {
 pub struct VerifiedChain {
     /// The attestation key that signs reports.
     pub leaf_key: VerifyingKey,
+    /// The key of the device certificate, the one that issued the leaf (NVIDIA's per-chip
+    /// "GSP BROM" certificate), when the chain carries it as a certificate of its own below
+    /// the root: it names the chip whatever firmware derived the leaf, so a verifier can tell
+    /// two reports of one GPU apart from reports of two.
+    pub device_key: Option<VerifyingKey>,
     /// FWID from the leaf's TcbInfo extension, if present.
     pub leaf_fwid: Option<Vec<u8>>,
     /// Latest notBefore on the path (including an external root), Unix seconds.
@@ -222,10 +227,22 @@ impl CertChain {
         let leaf = &self.certs[0];
         Ok(VerifiedChain {
             leaf_key: p384_key(leaf, 0)?,
+            device_key: self.device_key()?,
             leaf_fwid: leaf_fwid(leaf)?,
             valid_from: window.0,
             valid_until: window.1,
         })
+    }
+
+    /// The key of the leaf's issuer when that is a certificate of the chain and not a
+    /// self-signed root (which every GPU under it shares).
+    fn device_key(&self) -> Result<Option<VerifyingKey>, ChainError> {
+        match self.certs.get(1) {
+            Some(c) if c.tbs_certificate.issuer != c.tbs_certificate.subject => {
+                p384_key(c, 1).map(Some)
+            }
+            _ => Ok(None),
+        }
     }
 }
 

@@ -42,6 +42,38 @@ pub enum GpuReportError {
     },
 }
 
+/// What names one physical GPU in a verified chain, so that one GPU cannot pass as several in
+/// one piece of evidence (its reports over several derived nonces would each verify). Keys are
+/// SEC1 compressed points.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum DeviceIdentity {
+    /// The device certificate's key ([`VerifiedChain::device_key`]): the chip's, for life.
+    DeviceKey(Vec<u8>),
+    /// The attestation (leaf) key that signed the report: no two chips share one.
+    AttestationKey(Vec<u8>),
+}
+
+impl DeviceIdentity {
+    /// Every identity the chain names: its device key when it has one (a chip whose firmware
+    /// changed between two reports keeps it), then its attestation key.
+    pub fn of(chain: &VerifiedChain) -> Vec<Self> {
+        let sec1 = |k: &p384::ecdsa::VerifyingKey| k.to_sec1_point(true).as_bytes().to_vec();
+        let device = chain.device_key.as_ref().map(|k| Self::DeviceKey(sec1(k)));
+        let attestation = Self::AttestationKey(sec1(&chain.leaf_key));
+        device.into_iter().chain([attestation]).collect()
+    }
+}
+
+impl std::fmt::Display for DeviceIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::DeviceKey(k) => write!(f, "device certificate key {}", hex::encode(k)),
+            Self::AttestationKey(k) => write!(f, "attestation key {}", hex::encode(k)),
+        }
+    }
+}
+
 /// Verify a report against its chain, roots, time and expected nonce; returns the parsed
 /// report on success.
 pub fn verify_report(

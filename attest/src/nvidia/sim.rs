@@ -430,6 +430,35 @@ mod tests {
         ));
     }
 
+    #[test]
+    fn device_key_is_the_leafs_issuer_below_the_root() {
+        let k = keys();
+        let c = chain(&k, true, false, vec![]);
+        let v = verify_at_own_root(&c).unwrap();
+        assert_eq!(v.device_key, Some(*k.ica.verifying_key()));
+        // The root issues the leaf: it is every device's, so it names none.
+        let fwid = fwid_extension(&k.root, &[7; 48]).unwrap();
+        let leaf = issue(
+            3,
+            &k.leaf_name,
+            &k.leaf,
+            &k.root_name,
+            &k.root,
+            false,
+            vec![fwid],
+            V,
+        );
+        let direct = [leaf.unwrap(), c[2].clone()];
+        for ders in [&direct[..], &direct[..1]] {
+            let v = CertChain::from_der_list(ders)
+                .unwrap()
+                .verify(&[c[2].clone()], 1_500)
+                .unwrap();
+            assert_eq!(v.device_key, None);
+            assert_eq!(v.leaf_key, *k.leaf.verifying_key());
+        }
+    }
+
     /// `c` (leaf, ICA, root) verified at time 1,500 against its own root.
     fn verify_at_own_root(c: &[Vec<u8>]) -> Result<VerifiedChain, ChainError> {
         CertChain::from_der_list(c)?.verify(&[c[2].clone()], 1_500)

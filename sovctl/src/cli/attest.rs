@@ -80,7 +80,7 @@ pub struct TrustArgs {
     /// Enrollment authority public key (`KEY.pub`) whose certificates are trusted.
     #[arg(long)]
     pub enrollment_authority: Option<PathBuf>,
-    /// Fewer GPUs than this is contraindicated.
+    /// Fewer distinct GPUs with a verified report than this is contraindicated.
     #[arg(long, default_value_t = 0)]
     pub min_gpus: usize,
     /// A GPU without an attestation report is contraindicated (default: a warning).
