@@ -31,6 +31,8 @@ pub enum AllocError {
 }
 
 /// Picks `count` free GPUs of `model` (lowest index first, so placement is predictable).
+/// `live` are the leases whose GPUs are taken: the caller decides which (the active ones, and
+/// ended ones whose jobs still run).
 pub fn allocate(
     candidates: &[Candidate],
     live: &[&Lease],
@@ -53,7 +55,6 @@ pub fn allocate(
     }
     let taken: BTreeSet<&str> = live
         .iter()
-        .filter(|l| l.state == LeaseState::Active)
         .flat_map(|l| l.gpus.iter().map(|g| g.uuid.as_str()))
         .collect();
     let mut free: Vec<&Candidate> = of_model
@@ -133,12 +134,8 @@ mod tests {
                 ..
             }
         ));
-        // An ended lease frees its GPU.
-        let la_ended = lease(&a, LeaseState::Ended);
-        assert_eq!(
-            allocate(&f, &[&la_ended, &lb], "H100", 1).unwrap()[0].uuid,
-            "GPU-0"
-        );
+        // A lease the caller no longer counts as holding frees its GPU.
+        assert_eq!(allocate(&f, &[&lb], "H100", 1).unwrap()[0].uuid, "GPU-0");
     }
 
     #[test]

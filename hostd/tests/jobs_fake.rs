@@ -381,6 +381,19 @@ fn known_lease(f: &Fixture, id: &str) -> Lease {
     l
 }
 
+/// The node's copy of the lease `id`, now ended.
+fn ended_lease(f: &Fixture, id: &str) {
+    let mut l = lease(id);
+    l.state = LeaseState::Ended;
+    let key = hostd::state::keys::LeasesKey::Lease(id).key();
+    f.node
+        .store()
+        .tree("leases")
+        .unwrap()
+        .put(&key, &l)
+        .unwrap();
+}
+
 fn job() -> NewJob {
     NewJob {
         argv: vec!["/bin/true".into()],
@@ -417,9 +430,14 @@ async fn a_failed_unit_and_a_refused_start_leave_nothing_behind() {
     let fw = firewall();
     let jobs = controller(&f, fw.clone()).await;
 
-    // A unit that failed: the job says how, and systemd's hold on it is let go.
+    // A unit that failed: the job says how, and systemd's hold on it is let go; once its
+    // lease has ended, nothing of it is left.
     *f.outcome.lock().unwrap() = Outcome::Exits3;
-    let j = jobs.start(&lease("lease-a"), job()).await.unwrap();
+    let j = jobs
+        .start(&known_lease(&f, "lease-a"), job())
+        .await
+        .unwrap();
+    ended_lease(&f, "lease-a");
     jobs.refresh().await.unwrap();
     let done = jobs.get("lease-a", &j.id).unwrap();
     assert_eq!((done.state, done.exit_code), (JobState::Exited, Some(3)));
@@ -430,7 +448,10 @@ async fn a_failed_unit_and_a_refused_start_leave_nothing_behind() {
     // systemd refuses: a clear 503 for the client, the job failed, nothing started.
     f.refuse.store(true, Ordering::SeqCst);
     let before = f.units.lock().unwrap().len();
-    let err = jobs.start(&lease("lease-b"), job()).await.unwrap_err();
+    let err = jobs
+        .start(&known_lease(&f, "lease-b"), job())
+        .await
+        .unwrap_err();
     assert!(matches!(err, NodeError::Unavailable(_)), "{err}");
     assert!(
         !err.to_string().contains("fragment"),
@@ -440,8 +461,18 @@ async fn a_failed_unit_and_a_refused_start_leave_nothing_behind() {
     assert_eq!(failed[0].state, JobState::Failed);
     assert_eq!(failed[0].result.as_deref(), Some("start-refused"));
     assert_eq!(f.units.lock().unwrap().len(), before);
+    ended_lease(&f, "lease-b");
     jobs.refresh().await.unwrap();
     nothing_left(&fw, &f.scratch, "lease-b");
+
+    // A lease that ended after the caller read it (a stop racing a start): refused under the
+    // controller's lock, before anything is allocated for it.
+    f.refuse.store(false, Ordering::SeqCst);
+    let stale = known_lease(&f, "lease-c");
+    ended_lease(&f, "lease-c");
+    let err = jobs.start(&stale, job()).await.unwrap_err();
+    assert!(matches!(err, NodeError::Conflict(_)), "{err}");
+    assert!(jobs.list("lease-c").unwrap().is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

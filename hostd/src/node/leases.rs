@@ -130,17 +130,24 @@ impl Node {
         Ok(decision)
     }
 
-    /// Free, healthy GPUs of the requested model, never one held by a live lease or one that
-    /// failed in an earlier lease. The caller holds the write lock.
+    /// Says which leases have a job still running (the job runner, whenever that changes).
+    pub fn set_leases_with_jobs(&self, leases: std::collections::BTreeSet<String>) {
+        *lock(&self.leases_with_jobs) = leases;
+    }
+
+    /// Free, healthy GPUs of the requested model, never one held by a live lease (active, or
+    /// ended with a job still running: stopping takes up to the jobs' stop timeout) or one
+    /// that failed in an earlier lease. The caller holds the write lock.
     fn allocate_gpus(
         &self,
         inventory: &[GpuInfo],
         req: &NewLease,
     ) -> Result<Vec<LeasedGpu>, NodeError> {
         let all = self.leases()?;
+        let with_jobs = lock(&self.leases_with_jobs).clone();
         let live: Vec<&Lease> = all
             .iter()
-            .filter(|l| l.state == LeaseState::Active)
+            .filter(|l| l.state == LeaseState::Active || with_jobs.contains(&l.id))
             .collect();
         // A GPU that failed in an earlier lease is not handed out again until it is back
         // in the inventory under a reset; exclude faulted ones seen in any lease.

@@ -94,6 +94,10 @@ pub struct Node {
     /// One log line a minute per kind of repeated failure (a GPU inventory that cannot be
     /// read fails every metering round and every health check).
     repeated: crate::admission::LogLimiter,
+    /// Leases with a job still running, as the job runner last said: an ended lease's GPUs
+    /// are not handed out again while its jobs (which keep their device access until they
+    /// are gone) still run.
+    leases_with_jobs: Mutex<std::collections::BTreeSet<String>>,
 }
 
 /// Evidence collections allowed at once. Each one asks every CC GPU for a signed report, which
@@ -141,6 +145,7 @@ impl Node {
             attestations_in_flight: AtomicUsize::new(0),
             metering_failing_since: Mutex::new(None),
             repeated: crate::admission::LogLimiter::new(std::time::Duration::from_secs(60)),
+            leases_with_jobs: Mutex::new(std::collections::BTreeSet::new()),
         };
         node.recover()?;
         let (leases, cursors) = node.check_state()?;

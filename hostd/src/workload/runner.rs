@@ -321,6 +321,7 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
         }
         self.republish(s).await;
         lock(&self.live).insert(s.key());
+        self.node.set_leases_with_jobs(self.live_leases());
         lock(&self.reapply).insert(s.key());
         info!(tenant = %s.job.tenant, lease = %s.job.lease, job = %s.job.id, "job re-adopted");
     }
@@ -330,6 +331,11 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
     pub async fn start(&self, lease: &Lease, req: NewJob) -> Result<Job, NodeError> {
         let limits = self.check_new_job(lease, &req)?;
         let _w = self.write.lock().await;
+        // Ended since the caller read it? Its uid, network and scratch may be gone already.
+        let lease = &self.node.lease(&lease.id)?;
+        if lease.state != LeaseState::Active {
+            return Err(NodeError::Conflict(format!("lease {} has ended", lease.id)));
+        }
         self.check_capacity(&lease.id)?;
         let uid = self.lease_uid(&lease.id)?;
         accounts::ensure_job_user(&self.paths.system_root, uid)
@@ -440,6 +446,7 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
         match self.units.start(&stored.unit, props).await {
             Ok(()) => {
                 lock(&self.live).insert(stored.key());
+                self.node.set_leases_with_jobs(self.live_leases());
                 // Metering starts at the first refresh, from the job's start time: a durable
                 // cursor costs an fsync, which the tenant's request need not wait for.
                 info!(tenant = %stored.job.tenant, lease = %stored.job.lease, job = %stored.job.id, "job started");
@@ -641,6 +648,7 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
                 warn!(job = %s.job.id, lease = %s.job.lease, error = %report(&e), "cannot refresh the job; retrying");
             }
         }
+        self.node.set_leases_with_jobs(self.live_leases());
         #[cfg(feature = "dev")]
         self.show_sim_load();
         self.enforce_quotas().await?;

@@ -23,11 +23,15 @@
 //! | `MemoryMax`, `CPUQuotaPerSecUSec`, `TasksMax` | the job's limits | one job cannot starve the node |
 //! | `RuntimeMaxUSec` | until the lease ends at the latest | a job never outlives its lease |
 //! | `KillMode` | `control-group` | stopping kills every process of the job |
+//! | `TimeoutStopUSec` | 10 s | a job ignoring SIGTERM is killed; its GPUs wait for it |
 //! | `Slice` | the tenant's slice (escaped) | per-tenant accounting |
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
+
+/// How long a stopped job has between SIGTERM and SIGKILL (µs).
+const STOP_TIMEOUT_USEC: u64 = 10_000_000;
 
 /// A value of a systemd unit property, in the D-Bus type systemd expects for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -237,6 +241,9 @@ impl JobSandbox {
             ("TasksMax", V::U64(self.limits.tasks)),
             ("RuntimeMaxUSec", V::U64(self.limits.runtime_usec)),
             ("KillMode", V::Str("control-group".into())),
+            // A job that ignores SIGTERM is killed this long after a stop; until it is gone
+            // its lease's GPUs are not handed out again.
+            ("TimeoutStopUSec", V::U64(STOP_TIMEOUT_USEC)),
         ])
     }
 }
@@ -295,6 +302,7 @@ mod tests {
         assert_eq!(get("TasksMax"), PropertyValue::U64(512));
         assert_eq!(get("RuntimeMaxUSec"), PropertyValue::U64(7_200_000_000));
         assert_eq!(get("KillMode"), PropertyValue::Str("control-group".into()));
+        assert_eq!(get("TimeoutStopUSec"), PropertyValue::U64(10_000_000));
         assert_eq!(get("User"), PropertyValue::Str("61001".into()));
         assert_eq!(get("SupplementaryGroups"), PropertyValue::Strings(vec![]));
         assert_eq!(

@@ -154,6 +154,42 @@ fn jobs_run_confined_to_their_lease_under_real_systemd() {
     wait_network_gone(&node, &la);
 }
 
+/// An ended lease's GPU is not leased again while a job of it still runs: a job that ignores
+/// SIGTERM keeps its device access until systemd kills it (`TimeoutStopUSec`, 10 s), and only
+/// then is the GPU free. Placement takes the lowest free index, so without the wait the GPU
+/// would go straight to the next lease, another tenant's.
+#[test]
+fn an_ended_leases_gpu_waits_for_its_last_job() {
+    let _one = one_at_a_time();
+    let node = jobs_node();
+    create_tenants(&node);
+    let (la, ga) = lease(&node, "hyd-speech");
+    let j = detached(
+        &node,
+        "hyd-speech",
+        &la,
+        "trap '' TERM; while true; do sleep 0.2; done",
+    );
+    wait_job(&node, &la, &j, |v| v["state"] == "running");
+    e2e::ok(&node.sovctl("hyd-speech", &["lease", "end", &la]));
+    let (lb, gb) = lease(&node, "eu-bio");
+    assert_ne!(gb, ga, "the ended lease's GPU was leased while its job ran");
+    let v = wait_job(&node, &la, &j, |v| v["state"] == "killed");
+    assert_eq!(v["signal"], 9, "SIGTERM was ignored, so SIGKILL: {v}");
+    // Gone: the GPU is free again (at the runner's next look, within a second or so).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (lc, gc) = lease(&node, "eu-bio");
+        end_and_wait(&node, "eu-bio", &lc);
+        if gc == ga {
+            break;
+        }
+        assert!(Instant::now() < deadline, "GPU {ga} never came back");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    end_and_wait(&node, "eu-bio", &lb);
+}
+
 pub(crate) fn end_and_wait(node: &DevNode, tenant: &str, lease: &str) {
     e2e::ok(&node.sovctl(tenant, &["lease", "end", lease]));
     wait_network_gone(node, lease);
