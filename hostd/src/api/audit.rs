@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::ledger::{LedgerError, Snapshot};
+use crate::node::InternalError;
 use attest::report::report;
 use axum::body::{Body, Bytes};
 use hostd_api::query::{ConsistencyQuery, RecordsQuery};
@@ -105,7 +106,14 @@ pub(super) async fn consistency(
     let Query(q) = q.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
     let proof = blocking(&node, move |n| {
         n.with_ledger(|l| l.consistency_proof(q.from))
-            .map_err(|e| NodeError::BadRequest(report(&e).to_string()))
+            .map_err(|e| match e {
+                // The caller's size; anything else is the node's own failure (500, logged).
+                LedgerError::OldSizeTooLarge { .. } => NodeError::BadRequest(e.to_string()),
+                e => NodeError::Internal(InternalError {
+                    context: "a consistency proof".into(),
+                    source: Box::new(e),
+                }),
+            })
     })
     .await?;
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], proof).into_response())

@@ -6,6 +6,7 @@
 //! `/v1/health` included, never waits here.
 
 use super::*;
+use axum::body::Body;
 use axum::extract::Request;
 use axum::middleware::Next;
 use std::time::Duration;
@@ -36,7 +37,9 @@ pub(super) async fn limit(State(turns): State<LedgerReads>, req: Request, next: 
     if !walks_the_ledger(req.uri().path()) {
         return next.run(req).await;
     }
+    let streams = req.uri().path() == "/v1/audit/records";
     match tokio::time::timeout(MAX_WAIT, turns.0.clone().acquire_owned()).await {
+        Ok(Ok(turn)) if streams => keep_turn_while_streaming(next.run(req).await, turn),
         Ok(Ok(_turn)) => next.run(req).await,
         _ => {
             let mut r = ApiError::new(
@@ -51,6 +54,18 @@ pub(super) async fn limit(State(turns): State<LedgerReads>, req: Request, next: 
     }
 }
 
+/// The export's answer starts before its records are read: its turn ends with its body (sent
+/// or dropped), not with its headers, or exports past the limit would run at once.
+fn keep_turn_while_streaming(r: Response, turn: tokio::sync::OwnedSemaphorePermit) -> Response {
+    use futures_util::StreamExt;
+    let (parts, body) = r.into_parts();
+    let guarded = body.into_data_stream().map(move |chunk| {
+        let _held = &turn;
+        chunk
+    });
+    Response::from_parts(parts, Body::from_stream(guarded))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -62,5 +77,18 @@ mod tests {
         assert!(walks_the_ledger("/v1/audit/records"));
         assert!(!walks_the_ledger("/v1/health"));
         assert!(!walks_the_ledger("/v1/usage/7/receipt"));
+    }
+
+    #[tokio::test]
+    async fn an_export_keeps_its_turn_until_its_body_is_done() {
+        let turns = Arc::new(Semaphore::new(1));
+        let turn = turns.clone().acquire_owned().await.expect("a turn");
+        let r = keep_turn_while_streaming(Response::new(Body::from("records")), turn);
+        assert_eq!(turns.available_permits(), 0, "headers out, body not yet");
+        let body = axum::body::to_bytes(r.into_body(), 1024)
+            .await
+            .expect("the body");
+        assert_eq!(&body[..], b"records");
+        assert_eq!(turns.available_permits(), 1);
     }
 }

@@ -102,7 +102,7 @@ pub(super) fn visible_record(
     let leaf = node
         .with_ledger(|l| l.record(id))
         .map_err(NodeError::internal)?
-        .ok_or_else(|| NodeError::NotFound(format!("no record {id}")))?;
+        .ok_or_else(|| NodeError::NotFound(format!("no usage record {id}")))?;
     let rec = match serde_json::from_slice::<Record>(&leaf) {
         Ok(Record::Usage(u)) => u,
         // Job usage, scratch erasures and transfers are not GPU usage: not served here.
@@ -114,9 +114,9 @@ pub(super) fn visible_record(
             | Record::ScratchErased(_)
             | Record::Transfer(_),
         ) => {
-            return Err(NodeError::NotFound(format!(
-                "record {id} is not a usage record"
-            )))
+            // Worded as for a record that does not exist: a tenant must not learn what kind
+            // of record another tenant's id is.
+            return Err(NodeError::NotFound(format!("no usage record {id}")));
         }
         Err(e) => {
             return Err(NodeError::internal(format!(
@@ -128,7 +128,7 @@ pub(super) fn visible_record(
     if Access(p).sees_tenant(&rec.tenant) {
         Ok((leaf, rec))
     } else {
-        Err(NodeError::NotFound(format!("no record {id}")))
+        Err(NodeError::NotFound(format!("no usage record {id}")))
     }
 }
 

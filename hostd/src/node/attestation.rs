@@ -46,10 +46,17 @@ impl Node {
     pub fn attest(&self, nonce: [u8; 32]) -> Result<Collected, NodeError> {
         use sha2::{Digest, Sha256};
         if self.attester.enrollment().is_none() {
-            return Err(NodeError::Unavailable(format!(
-                "this node has no enrollment certificate, so it cannot attest; issue one for the node key in {} and set [attestation] enrollment_certificate",
-                self.cfg.state.dir.join(crate::attestation::NODE_PUB_FILE).display()
-            )));
+            // The node's paths are for its operator's log, not for every caller.
+            warn!(
+                node_key = %self.cfg.state.dir.join(crate::attestation::NODE_PUB_FILE).display(),
+                "asked to attest without an enrollment certificate: issue one for the node key \
+                 and set [attestation] enrollment_certificate"
+            );
+            return Err(NodeError::Unavailable(
+                "this node has no enrollment certificate, so it cannot attest; its operator \
+                 must enrol it (the node's log says how)"
+                    .into(),
+            ));
         }
         let _slot = InFlight::try_enter(&self.attestations_in_flight, MAX_CONCURRENT_ATTESTATIONS)
             .ok_or_else(|| {

@@ -22,8 +22,15 @@ pub(super) struct Intent {
 impl Node {
     pub(super) fn recover(&self) -> Result<(), NodeError> {
         let _w = lock(&self.write);
+        self.complete_pending_intent()?;
+        Ok(())
+    }
+
+    /// Finishes an append whose state change did not land (a crash, or a failure after the
+    /// records were appended); `true` if there was one. The caller holds the write lock.
+    fn complete_pending_intent(&self) -> Result<bool, NodeError> {
         let Some(intent) = self.leases.get::<Intent>(&LeasesKey::Intent.key())? else {
-            return Ok(());
+            return Ok(false);
         };
         let n = intent.leaves.len() as u64;
         let size = lock(&self.ledger).size();
@@ -49,6 +56,21 @@ impl Node {
             )));
         }
         self.apply_intent(&intent)?;
+        Ok(true)
+    }
+
+    /// Refuses to commit over an earlier append whose state change did not land: the caller
+    /// computed what it commits from the state before that change (a meter cursor that had
+    /// not moved), so committing it would repeat the earlier records' span, and its own
+    /// intent would replace the earlier one. The earlier append is completed first; the
+    /// caller's next round starts from the completed state.
+    fn no_pending_intent(&self) -> Result<(), NodeError> {
+        if self.complete_pending_intent()? {
+            warn!("completed an earlier ledger append whose state change had not landed");
+            return Err(NodeError::Unavailable(
+                "the node completed an earlier change first; try again".into(),
+            ));
+        }
         Ok(())
     }
 
@@ -65,13 +87,29 @@ impl Node {
             .iter()
             .map(|l| l.clone().into_bytes())
             .collect();
-        lock(&self.ledger)
-            .append(&bytes)
-            .map_err(|e| internal("ledger append", e))?;
+        let appended = lock(&self.ledger).append(&bytes);
+        if let Err(e) = appended {
+            self.apply_if_appended(intent);
+            return Err(internal("ledger append", e));
+        }
         self.stats
             .records
             .fetch_add(bytes.len() as u64, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// After a failed append: if its records made it into the log (signing or storing the
+    /// checkpoint failed after), their state change is applied now, so the next round does
+    /// not meter their span again. If that fails too, the intent stays for
+    /// [`Node::no_pending_intent`] to complete before the next commit.
+    fn apply_if_appended(&self, intent: &Intent) {
+        let n = intent.leaves.len() as u64;
+        if lock(&self.ledger).size() != intent.start + n {
+            return;
+        }
+        if let Err(e) = self.apply_intent(intent) {
+            warn!(error = %report(&e), start = intent.start, records = n, "records appended but their state change failed; completing it before the next commit");
+        }
     }
 
     pub(super) fn apply_intent(&self, intent: &Intent) -> Result<(), NodeError> {
@@ -107,6 +145,7 @@ impl Node {
         mut puts: Vec<(String, serde_json::Value)>,
         removes: Vec<String>,
     ) -> Result<Vec<u64>, NodeError> {
+        self.no_pending_intent()?;
         let start = lock(&self.ledger).next_index();
         let mut leaves = Vec::with_capacity(usages.len());
         let mut ids = Vec::with_capacity(usages.len());
@@ -178,6 +217,7 @@ impl Node {
         puts: Vec<(String, serde_json::Value)>,
         removes: Vec<String>,
     ) -> Result<Vec<u64>, NodeError> {
+        self.no_pending_intent()?;
         let start = lock(&self.ledger).next_index();
         let records = build(start);
         let ids: Vec<u64> = records.iter().map(Record::id).collect();

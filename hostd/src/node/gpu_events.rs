@@ -118,10 +118,17 @@ impl Node {
         }
     }
 
+    /// The GPU inventory; when NVML cannot give it, the caller is told so in words and the
+    /// driver's error goes to the log (rate-limited), not to the caller.
     pub fn inventory(&self) -> Result<Vec<GpuInfo>, NodeError> {
-        self.gpus
-            .inventory()
-            .map_err(|e| NodeError::Unavailable(format!("GPU inventory: {e}", e = report(&e))))
+        self.gpus.inventory().map_err(|e| {
+            self.inventory_failed(&e);
+            NodeError::Unavailable(
+                "the node cannot read its GPU inventory (the NVIDIA driver does not answer); \
+                 the node's log says why"
+                    .into(),
+            )
+        })
     }
 
     /// Compares the GPU inventory with the last snapshot and appends a GPU event record per

@@ -435,6 +435,47 @@ mod tests {
         ));
     }
 
+    /// Records appended whose cursor move did not land, with the node still running (signing
+    /// the checkpoint or storing the state failed after the append): the next commit
+    /// completes that intent and is refused, so the next round starts from the moved cursor
+    /// and the span is not metered twice.
+    #[test]
+    fn an_append_whose_state_change_failed_is_completed_not_repeated() {
+        let dir = tempfile::tempdir().unwrap();
+        let t0 = 1000 * H;
+        let node = open_node(dir.path());
+        node.start_job_metering(cursor("job-1", t0)).unwrap();
+        let key = LeasesKey::JobCursor { job: "job-1" }.key();
+        let c = node.job_cursor("job-1").unwrap().unwrap();
+        let (usages, next) = cut(&c, &sample(1_000), t0 + H + 10, None);
+        let start = node.ledger_next_hint();
+        let leaves = job_usage_records("node-1", start, usages)
+            .iter()
+            .map(super::super::commit::leaf_text)
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        let intent: super::super::commit::Intent = serde_json::from_value(serde_json::json!({
+            "start": start,
+            "leaves": leaves,
+            "puts": [[key, serde_json::to_value(next.unwrap()).unwrap()]],
+            "removes": [],
+        }))
+        .unwrap();
+        node.write_ahead_and_append(&intent).unwrap();
+        // The cursor has not moved: a round now would cut the same hour again.
+        assert_eq!(node.job_cursor("job-1").unwrap().unwrap().from_ms, t0);
+        assert!(matches!(
+            node.meter_job_at("job-1", &sample(1_000), None, t0 + H + 10),
+            Err(NodeError::Unavailable(_))
+        ));
+        assert_eq!(node.job_cursor("job-1").unwrap().unwrap().from_ms, t0 + H);
+        assert!(node
+            .meter_job_at("job-1", &sample(1_000), None, t0 + H + 10)
+            .unwrap()
+            .is_empty());
+        assert_eq!(node.with_ledger(|l| l.size()), start + 1);
+    }
+
     /// A crash after the records were appended but before the cursor moved: reopening
     /// completes the intent, so the cursor moves and the next cut does not repeat the span.
     #[test]
