@@ -1,21 +1,28 @@
-//! Checks of one line of `records.jsonl`, and the usage totals of the lines that pass.
+//! Checks of the lines of `records.jsonl`, and the usage totals of the lines that pass.
 //!
 //! A line must be a [`Record`] whose `id` is its line number, of a schema version this build
 //! understands; a usage record's amount must follow from its time and rate, its
 //! `gpu_seconds` from its `gpu_ms`, its energy must be a non-negative number, and its `prev`
-//! and `attestation` must point to earlier records. Job-usage and scratch-erased records must
-//! name a node and carry RFC 3339 UTC times, and a job-usage interval must lie within one UTC
-//! hour. A transfer record must name a node, carry a UTC time, say `in` or `out` and `allow`
-//! or `deny`, and a refused transfer must have moved 0 bytes. Each failure is a
-//! [`RecordProblem`].
+//! and `attestation` must point to earlier records; its `start` and `end` must be RFC 3339
+//! UTC times within one UTC hour, and its `gpu_ms` the length of that interval. Job-usage and
+//! scratch-erased records must name a node and carry RFC 3339 UTC times, and a job-usage
+//! interval must lie within one UTC hour. A transfer record must name a node, carry a UTC
+//! time, say `in` or `out` and `allow` or `deny`, and a refused transfer must have moved 0
+//! bytes.
+//!
+//! Across records ([`RecordChecker`], in record order): a usage record must bill its lease's
+//! tenant (as the lease's first usage record names it), must not start before the end of an
+//! earlier interval of the same lease and GPU (that time would be billed twice), its `prev`
+//! must be that lease and GPU's previous usage record, and its `attestation` an attestation
+//! record. Each failure is a [`RecordProblem`].
 
 use crate::money::amount_paise;
 use crate::record::{JobUsageRecord, Record, TransferRecord, RECORD_VERSION};
-use crate::time::{parse_utc_ms, HOUR_MS};
+use crate::time::{format_utc_ms, parse_utc_ms, HOUR_MS};
 use attest::report::report;
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// How many record-level problems a report lists before only counting them.
 pub const MAX_LISTED_PROBLEMS: usize = 20;
@@ -123,7 +130,7 @@ pub enum RecordProblem {
         /// Its text.
         value: String,
     },
-    /// A job-usage record's interval ends before it starts.
+    /// A usage or job-usage record's interval ends before it starts.
     #[error("interval ends at {end}, before its start {start}")]
     ReversedInterval {
         /// The record's `start`.
@@ -131,8 +138,8 @@ pub enum RecordProblem {
         /// The record's `end`, earlier than `start`.
         end: String,
     },
-    /// A job-usage record's interval runs past the end of the UTC hour it starts in: the
-    /// node cuts job usage at every hour boundary, so per-hour totals never split a record.
+    /// A usage or job-usage record's interval runs past the end of the UTC hour it starts in:
+    /// the node cuts usage at every hour boundary, so per-hour totals never split a record.
     #[error("interval {start}..{end} crosses a UTC hour boundary")]
     CrossesHour {
         /// The record's `start`.
@@ -164,6 +171,83 @@ pub enum RecordProblem {
         /// The record's `exit`.
         exit: String,
     },
+    /// A usage record's `gpu_ms` is not the length of its interval: the node bills a lease's
+    /// GPU time as `end - start`, exactly, so another figure bills time the interval does not
+    /// hold (or leaves some out).
+    #[error("gpu_ms {gpu_ms} is not the length of its interval {start}..{end} ({interval_ms} ms)")]
+    GpuMsNotInterval {
+        /// The record's `gpu_ms`.
+        gpu_ms: u64,
+        /// The record's `start`.
+        start: String,
+        /// The record's `end`.
+        end: String,
+        /// `end - start`, milliseconds: what `gpu_ms` should be.
+        interval_ms: i64,
+    },
+    /// A usage record bills another tenant than its lease's: a lease has one tenant, named by
+    /// the lease's first usage record.
+    #[error(
+        "bills tenant {tenant:?}, but lease {lease} is tenant {lease_tenant:?}'s (record {first})"
+    )]
+    TenantNotLeases {
+        /// The record's `tenant`.
+        tenant: String,
+        /// The record's `lease`.
+        lease: String,
+        /// The tenant the lease's first usage record bills.
+        lease_tenant: String,
+        /// That first usage record of the lease.
+        first: u64,
+    },
+    /// A usage record's interval starts before an earlier record of the same lease and GPU
+    /// ended: the node meters each GPU of a lease as one run of adjacent intervals, written in
+    /// order, so the overlap is GPU time billed twice (a duplicated record, or one moved back).
+    #[error(
+        "starts at {start}, before {earlier_end}, the end of record {earlier} of lease {lease} \
+         on GPU {gpu_uuid}: that time is billed twice"
+    )]
+    OverlapsEarlier {
+        /// The record's `lease`.
+        lease: String,
+        /// The record's `gpu_uuid`.
+        gpu_uuid: String,
+        /// The record's `start`.
+        start: String,
+        /// The earlier record of the lease and GPU whose interval ends latest.
+        earlier: u64,
+        /// Its `end`.
+        earlier_end: String,
+    },
+    /// A usage record's `prev` is not the previous usage record of the same lease and GPU
+    /// (`null` for the first): the node chains each GPU of a lease, so the record was copied
+    /// from elsewhere, or records of the chain were removed or inserted.
+    #[error(
+        "prev {} is not the previous usage record of lease {lease} on GPU {gpu_uuid} ({})",
+        id_text(.prev), id_text(.expected)
+    )]
+    PrevNotPrevious {
+        /// The record's `prev`.
+        prev: Option<u64>,
+        /// The previous usage record of the same lease and GPU, `None` when there is none.
+        expected: Option<u64>,
+        /// The record's `lease`.
+        lease: String,
+        /// The record's `gpu_uuid`.
+        gpu_uuid: String,
+    },
+    /// A usage record's `attestation` names a record that is not a (valid) attestation
+    /// record, so it names no attestation result.
+    #[error("attestation {attestation} is not an attestation record")]
+    NotAnAttestation {
+        /// The `attestation` id the record claims.
+        attestation: u64,
+    },
+}
+
+/// A record id as a finding shows it, `null` for none (as in the record's JSON).
+fn id_text(id: &Option<u64>) -> String {
+    id.map_or_else(|| "null".to_owned(), |i| i.to_string())
 }
 
 /// Usage per tenant, summed over verified records.
@@ -182,7 +266,7 @@ pub struct TenantTotals {
 /// Totals over an export's records.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Totals {
-    /// Number of records counted (those that passed their line checks), of every kind.
+    /// Number of records counted (those that passed their checks), of every kind.
     pub records: u64,
     /// Those records by `kind` tag (`usage`, `attestation`, `gpu-event`, `recovery`,
     /// `job-usage`, `scratch-erased`, `transfer`).
@@ -192,20 +276,6 @@ pub struct Totals {
 }
 
 impl Totals {
-    pub(crate) fn merge(&mut self, other: Totals) {
-        self.records += other.records;
-        for (k, n) in other.by_kind {
-            *self.by_kind.entry(k).or_default() += n;
-        }
-        for (t, o) in other.tenants {
-            let e = self.tenants.entry(t).or_default();
-            e.records += o.records;
-            e.gpu_ms += o.gpu_ms;
-            e.energy_joules += o.energy_joules;
-            e.amount_paise += o.amount_paise;
-        }
-    }
-
     fn add_other(&mut self, kind: &str) {
         self.records += 1;
         *self.by_kind.entry(kind.to_owned()).or_default() += 1;
@@ -276,7 +346,11 @@ struct UsageView<'a> {
 struct UsageFacts<'a> {
     v: u32,
     id: u64,
-    tenant: &'a str,
+    tenant: Cow<'a, str>,
+    lease: Cow<'a, str>,
+    gpu_uuid: Cow<'a, str>,
+    start: Cow<'a, str>,
+    end: Cow<'a, str>,
     gpu_ms: u64,
     gpu_seconds: f64,
     energy_joules: f64,
@@ -286,27 +360,83 @@ struct UsageFacts<'a> {
     attestation: Option<u64>,
 }
 
+/// What the checks across records, and the totals, need of a usage record.
+#[derive(Debug)]
+pub(crate) struct UsageLine {
+    id: u64,
+    tenant: String,
+    lease: String,
+    gpu_uuid: String,
+    /// `start` and `end` as Unix ms, when both parse and `end` is not before `start`.
+    interval: Option<(i64, i64)>,
+    prev: Option<u64>,
+    attestation: Option<u64>,
+    gpu_ms: u64,
+    energy_joules: f64,
+    amount: u64,
+}
+
+/// What a line is, as far as the checks across records and the totals need to know.
+#[derive(Debug)]
+pub(crate) enum Seen {
+    /// Not a record.
+    Nothing,
+    /// A usage record whose fields parse, whether or not they pass the line's checks.
+    Usage(UsageLine),
+    /// An attestation record.
+    Attestation,
+    /// A record of another kind, by its `kind` tag.
+    Other(&'static str),
+}
+
+/// The outcome of the checks of one line on its own: what it is, and its problem if any.
+#[derive(Debug)]
+pub(crate) struct LineCheck {
+    pub(crate) seen: Seen,
+    pub(crate) problem: Option<RecordProblem>,
+}
+
 /// Checks that `line` (without its newline) is record `index` and adds it to `totals`.
+///
+/// These are the checks of the line on its own; those against the records before it (a
+/// lease's tenant, overlapping intervals, `prev` and `attestation` references) need them,
+/// and are made by a [`RecordChecker`] (as [`crate::stream::stream_records`] does).
 pub fn check_record_line(
     index: u64,
     line: &[u8],
     totals: &mut Totals,
 ) -> Result<(), RecordProblem> {
-    if line.last() == Some(&b'\r') {
-        return Err(RecordProblem::CarriageReturn);
+    let c = check_line(index, line);
+    if let Some(problem) = c.problem {
+        return Err(problem);
     }
-    let owned;
+    match c.seen {
+        Seen::Nothing => {}
+        Seen::Usage(u) => totals.add_usage(&u.tenant, u.gpu_ms, u.energy_joules, u.amount),
+        Seen::Attestation => totals.add_other("attestation"),
+        Seen::Other(kind) => totals.add_other(kind),
+    }
+    Ok(())
+}
+
+/// The checks of `line` on its own, as record `index`.
+pub(crate) fn check_line(index: u64, line: &[u8]) -> LineCheck {
+    let nothing = |problem| LineCheck {
+        seen: Seen::Nothing,
+        problem: Some(problem),
+    };
+    if line.last() == Some(&b'\r') {
+        return nothing(RecordProblem::CarriageReturn);
+    }
     let facts = match serde_json::from_slice::<UsageView>(line) {
         Ok(v) if v.kind == "usage" => UsageFacts {
             v: v.v,
             id: v.id,
-            tenant: match v.tenant {
-                Cow::Borrowed(s) => s,
-                Cow::Owned(s) => {
-                    owned = s;
-                    &owned
-                }
-            },
+            tenant: v.tenant,
+            lease: v.lease,
+            gpu_uuid: v.gpu_uuid,
+            start: v.start,
+            end: v.end,
             gpu_ms: v.gpu_ms,
             gpu_seconds: v.gpu_seconds,
             energy_joules: v.energy_joules,
@@ -317,44 +447,220 @@ pub fn check_record_line(
         },
         _ => match serde_json::from_slice::<Record>(line) {
             Err(e) => {
-                return Err(RecordProblem::Invalid {
+                return nothing(RecordProblem::Invalid {
                     error: report(&e).to_string(),
                 })
             }
-            Ok(Record::Usage(u)) => {
-                owned = u.tenant;
-                UsageFacts {
-                    v: u.v,
-                    id: u.id,
-                    tenant: &owned,
-                    gpu_ms: u.gpu_ms,
-                    gpu_seconds: u.gpu_seconds,
-                    energy_joules: u.energy_joules,
-                    rate: u.rate_paise_per_hour,
-                    amount: u.amount_paise,
-                    prev: u.prev,
-                    attestation: u.attestation,
-                }
-            }
+            Ok(Record::Usage(u)) => UsageFacts {
+                v: u.v,
+                id: u.id,
+                tenant: Cow::Owned(u.tenant),
+                lease: Cow::Owned(u.lease),
+                gpu_uuid: Cow::Owned(u.gpu_uuid),
+                start: Cow::Owned(u.start),
+                end: Cow::Owned(u.end),
+                gpu_ms: u.gpu_ms,
+                gpu_seconds: u.gpu_seconds,
+                energy_joules: u.energy_joules,
+                rate: u.rate_paise_per_hour,
+                amount: u.amount_paise,
+                prev: u.prev,
+                attestation: u.attestation,
+            },
             Ok(other) => {
                 // The other kinds carry no money; they are checked for their place in the
                 // log (and job usage and erasures for their node and times) and counted by
                 // kind.
-                check_place(index, other.id(), other.version())?;
-                check_other(&other)?;
-                totals.add_other(other.kind());
-                return Ok(());
+                let problem = check_place(index, other.id(), other.version())
+                    .and_then(|()| check_other(&other))
+                    .err();
+                let seen = match other {
+                    Record::Attestation(_) => Seen::Attestation,
+                    other => Seen::Other(other.kind()),
+                };
+                return LineCheck { seen, problem };
             }
         },
     };
-    check_usage(index, &facts)?;
-    totals.add_usage(
-        facts.tenant,
-        facts.gpu_ms,
-        facts.energy_joules,
-        facts.amount,
-    );
-    Ok(())
+    let (start, end) = (parse_utc_ms(&facts.start), parse_utc_ms(&facts.end));
+    let problem = check_usage(index, &facts, start, end).err();
+    let interval = match (start, end) {
+        (Some(s), Some(e)) if s <= e => Some((s, e)),
+        _ => None,
+    };
+    LineCheck {
+        seen: Seen::Usage(UsageLine {
+            id: facts.id,
+            tenant: facts.tenant.into_owned(),
+            lease: facts.lease.into_owned(),
+            gpu_uuid: facts.gpu_uuid.into_owned(),
+            interval,
+            prev: facts.prev,
+            attestation: facts.attestation,
+            gpu_ms: facts.gpu_ms,
+            energy_joules: facts.energy_joules,
+            amount: facts.amount,
+        }),
+        problem,
+    }
+}
+
+/// Checks records in order, each on its own ([`check_record_line`]) and against the records
+/// before it, and totals those that pass.
+///
+/// A lease has one tenant: the one its first usage record bills. The node meters each GPU of
+/// a lease as one run of adjacent intervals, written in order and chained by `prev`, so a
+/// usage record must not start before the latest end of the earlier intervals of its lease
+/// and GPU (that time would be billed twice), and its `prev` must be the previous record of
+/// the chain (`null` for the first). Its `attestation` must name an attestation record.
+///
+/// It remembers, per lease, its tenant and first record and, per GPU of the lease, the last
+/// record and the latest end; and the ids of the attestation records. Its memory grows with
+/// the number of leases and attestation records, never with the number of usage records.
+///
+/// Only records that pass every check name a lease's tenant and move the latest end on (a
+/// forged interval must not make the lease's later records overlaps). A usage record that
+/// fails its own checks is still a link of its chain, by the id it claims, so that a forged
+/// amount is one finding, not also one on the next record's `prev`; one that fails a check
+/// against the records before it (a copy under a new id, say) is not.
+#[derive(Debug, Default)]
+pub struct RecordChecker {
+    leases: HashMap<String, LeaseSeen>,
+    /// Sorted: ids are seen in increasing order.
+    attestations: Vec<u64>,
+}
+
+/// What a [`RecordChecker`] remembers of a lease.
+#[derive(Debug, Default)]
+struct LeaseSeen {
+    /// The tenant of its first usage record that passed, and that record.
+    tenant: Option<(String, u64)>,
+    gpus: HashMap<String, ChainEnd>,
+}
+
+/// The end of the chain of a lease's usage records on one GPU.
+#[derive(Debug)]
+struct ChainEnd {
+    /// The chain's last record.
+    last: u64,
+    /// The latest `end` among its records (Unix ms), and the record that has it.
+    latest_end: Option<(i64, u64)>,
+}
+
+impl RecordChecker {
+    /// A checker that has seen no record.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Checks that `line` (without its newline) is record `index`, on its own and against the
+    /// records given before it, and adds it to `totals` if it passes. Lines must be given in
+    /// order, from 0.
+    pub fn check(
+        &mut self,
+        index: u64,
+        line: &[u8],
+        totals: &mut Totals,
+    ) -> Result<(), RecordProblem> {
+        self.admit(index, check_line(index, line), totals)
+    }
+
+    /// The checks against the records before `index`, of a line already checked on its own.
+    pub(crate) fn admit(
+        &mut self,
+        index: u64,
+        c: LineCheck,
+        totals: &mut Totals,
+    ) -> Result<(), RecordProblem> {
+        if let Some(problem) = c.problem {
+            if let Seen::Usage(u) = c.seen {
+                self.note_usage(u, false);
+            }
+            return Err(problem);
+        }
+        match c.seen {
+            Seen::Nothing => {}
+            Seen::Usage(u) => {
+                self.check_usage(&u)?;
+                totals.add_usage(&u.tenant, u.gpu_ms, u.energy_joules, u.amount);
+                self.note_usage(u, true);
+            }
+            Seen::Attestation => {
+                self.attestations.push(index);
+                totals.add_other("attestation");
+            }
+            Seen::Other(kind) => totals.add_other(kind),
+        }
+        Ok(())
+    }
+
+    /// A usage record (that passed its own checks) against the records before it.
+    fn check_usage(&self, u: &UsageLine) -> Result<(), RecordProblem> {
+        let lease = self.leases.get(&u.lease);
+        if let Some((lease_tenant, first)) = lease.and_then(|l| l.tenant.as_ref()) {
+            if *lease_tenant != u.tenant {
+                return Err(RecordProblem::TenantNotLeases {
+                    tenant: u.tenant.clone(),
+                    lease: u.lease.clone(),
+                    lease_tenant: lease_tenant.clone(),
+                    first: *first,
+                });
+            }
+        }
+        let chain = lease.and_then(|l| l.gpus.get(&u.gpu_uuid));
+        let latest_end = chain.and_then(|c| c.latest_end);
+        if let (Some((start, _)), Some((earlier_end, earlier))) = (u.interval, latest_end) {
+            if start < earlier_end {
+                return Err(RecordProblem::OverlapsEarlier {
+                    lease: u.lease.clone(),
+                    gpu_uuid: u.gpu_uuid.clone(),
+                    start: format_utc_ms(start),
+                    earlier,
+                    earlier_end: format_utc_ms(earlier_end),
+                });
+            }
+        }
+        let expected = chain.map(|c| c.last);
+        if u.prev != expected {
+            return Err(RecordProblem::PrevNotPrevious {
+                prev: u.prev,
+                expected,
+                lease: u.lease.clone(),
+                gpu_uuid: u.gpu_uuid.clone(),
+            });
+        }
+        if let Some(a) = u.attestation {
+            if self.attestations.binary_search(&a).is_err() {
+                return Err(RecordProblem::NotAnAttestation { attestation: a });
+            }
+        }
+        Ok(())
+    }
+
+    /// `u` is the last link of its lease and GPU's chain; one that `passed` every check names
+    /// its lease's tenant if it is the lease's first, and moves the chain's latest end on.
+    fn note_usage(&mut self, u: UsageLine, passed: bool) {
+        let lease = match self.leases.get_mut(&u.lease) {
+            Some(l) => l,
+            None => self.leases.entry(u.lease).or_default(),
+        };
+        if passed && lease.tenant.is_none() {
+            lease.tenant = Some((u.tenant, u.id));
+        }
+        let chain = match lease.gpus.get_mut(&u.gpu_uuid) {
+            Some(c) => c,
+            None => lease.gpus.entry(u.gpu_uuid).or_insert(ChainEnd {
+                last: u.id,
+                latest_end: None,
+            }),
+        };
+        chain.last = chain.last.max(u.id);
+        if let (true, Some((_, end))) = (passed, u.interval) {
+            if chain.latest_end.is_none_or(|(latest, _)| end > latest) {
+                chain.latest_end = Some((end, u.id));
+            }
+        }
+    }
 }
 
 /// A record claims the id of its line and a schema version this build understands.
@@ -436,25 +742,44 @@ fn word(field: &str, value: &str, allowed: &[&str]) -> Result<(), RecordProblem>
 fn check_job_usage(j: &JobUsageRecord) -> Result<(), RecordProblem> {
     let start = utc_ms("start", &j.start)?;
     let end = utc_ms("end", &j.end)?;
-    if end < start {
-        return Err(RecordProblem::ReversedInterval {
-            start: j.start.clone(),
-            end: j.end.clone(),
-        });
-    }
-    if end > (start.div_euclid(HOUR_MS) + 1) * HOUR_MS {
-        return Err(RecordProblem::CrossesHour {
-            start: j.start.clone(),
-            end: j.end.clone(),
-        });
-    }
+    check_interval(&j.start, &j.end, start, end)?;
     match (&j.exit, j.ended) {
         (Some(exit), false) => Err(RecordProblem::ExitWithoutEnd { exit: exit.clone() }),
         _ => Ok(()),
     }
 }
 
-fn check_usage(index: u64, f: &UsageFacts<'_>) -> Result<(), RecordProblem> {
+/// An interval, `start_text..end_text` read as `start..end` (Unix ms), does not end before it
+/// starts and lies within the UTC hour it starts in (its end may be the next hour exactly).
+fn check_interval(
+    start_text: &str,
+    end_text: &str,
+    start: i64,
+    end: i64,
+) -> Result<(), RecordProblem> {
+    if end < start {
+        return Err(RecordProblem::ReversedInterval {
+            start: start_text.to_owned(),
+            end: end_text.to_owned(),
+        });
+    }
+    if end > (start.div_euclid(HOUR_MS) + 1) * HOUR_MS {
+        return Err(RecordProblem::CrossesHour {
+            start: start_text.to_owned(),
+            end: end_text.to_owned(),
+        });
+    }
+    Ok(())
+}
+
+/// A usage record's own checks; `start` and `end` are its times as parsed (`None`: not
+/// RFC 3339 UTC).
+fn check_usage(
+    index: u64,
+    f: &UsageFacts<'_>,
+    start: Option<i64>,
+    end: Option<i64>,
+) -> Result<(), RecordProblem> {
     check_place(index, f.id, f.v)?;
     if let Some(a) = f.attestation {
         if a >= f.id {
@@ -485,6 +810,25 @@ fn check_usage(index: u64, f: &UsageFacts<'_>) -> Result<(), RecordProblem> {
         if p >= f.id {
             return Err(RecordProblem::BadPrev { prev: p });
         }
+    }
+    // The interval: the node writes both times as RFC 3339 UTC (its bill leaves out a record
+    // whose start does not parse, so the audit must not count it either), cuts at every UTC
+    // hour, and bills exactly `end - start` as `gpu_ms`.
+    let bad_time = |field: &str, value: &str| RecordProblem::BadTime {
+        field: field.to_owned(),
+        value: value.to_owned(),
+    };
+    let start = start.ok_or_else(|| bad_time("start", &f.start))?;
+    let end = end.ok_or_else(|| bad_time("end", &f.end))?;
+    check_interval(&f.start, &f.end, start, end)?;
+    let interval_ms = end - start;
+    if i64::try_from(f.gpu_ms) != Ok(interval_ms) {
+        return Err(RecordProblem::GpuMsNotInterval {
+            gpu_ms: f.gpu_ms,
+            start: f.start.clone().into_owned(),
+            end: f.end.clone().into_owned(),
+            interval_ms,
+        });
     }
     Ok(())
 }
@@ -549,7 +893,7 @@ mod tests {
             e.to_string().contains("amount_paise 1 does not equal"),
             "{e}"
         );
-        let e = check(edit("\"prev\":4", "\"prev\":9")).unwrap_err();
+        let e = check(edit("\"prev\":null", "\"prev\":9")).unwrap_err();
         assert_eq!(e, RecordProblem::BadPrev { prev: 9 });
         assert!(e.to_string().contains("prev 9"), "{e}");
         let e = check(edit("\"v\":1", "\"v\":2")).unwrap_err();
@@ -563,7 +907,7 @@ mod tests {
         assert!(e
             .to_string()
             .ends_with("newer than this sovctl understands (1); upgrade sovctl"));
-        let e = check(edit("\"prev\":4", "\"prev\":4,\"attestation\":5")).unwrap_err();
+        let e = check(edit("\"prev\":null", "\"prev\":4,\"attestation\":5")).unwrap_err();
         assert_eq!(e, RecordProblem::BadAttestationRef { attestation: 5 });
         let e = check(edit("\"gpu_seconds\":1.0", "\"gpu_seconds\":2.0")).unwrap_err();
         assert_eq!(
@@ -765,6 +1109,289 @@ mod tests {
             Err(RecordProblem::BadNode { .. })
         ));
         assert_eq!(t.records, 3, "only passing records are counted");
+    }
+
+    /// A usage record's interval: RFC 3339 UTC times (what the node's bill can place), in
+    /// order, within one UTC hour, and `gpu_ms` exactly its length.
+    #[test]
+    fn usage_times_are_checked() {
+        use crate::record::UsageRecord;
+        use crate::testutil::usage_on;
+        let check = |u: &UsageRecord| {
+            let leaf = Record::Usage(u.clone()).to_leaf().unwrap();
+            check_record_line(u.id, &leaf, &mut Totals::default())
+        };
+        let hour = ("2026-01-01T10:00:00.000Z", "2026-01-01T11:00:00.000Z");
+        let good = usage_on(0, "a", "lease-a", "GPU-1", hour, None);
+        check(&good).unwrap();
+        // Ten hours billed for a one-hour interval, amount and gpu_seconds consistent with it.
+        let mut long = good.clone();
+        long.gpu_ms = 36_000_000;
+        long.gpu_seconds = 36_000.0;
+        long.amount_paise = amount_paise(long.gpu_ms, long.rate_paise_per_hour);
+        let e = check(&long).unwrap_err();
+        assert_eq!(
+            e,
+            RecordProblem::GpuMsNotInterval {
+                gpu_ms: 36_000_000,
+                start: hour.0.into(),
+                end: hour.1.into(),
+                interval_ms: 3_600_000
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "gpu_ms 36000000 is not the length of its interval \
+             2026-01-01T10:00:00.000Z..2026-01-01T11:00:00.000Z (3600000 ms)"
+        );
+        // Less than the interval is not what the node writes either.
+        let mut short = good.clone();
+        (short.gpu_ms, short.gpu_seconds, short.amount_paise) = (1000, 1.0, 7);
+        assert!(matches!(
+            check(&short),
+            Err(RecordProblem::GpuMsNotInterval { gpu_ms: 1000, .. })
+        ));
+        // A start the node's bill cannot place is not counted here either.
+        for (field, bad) in [
+            ("start", "2026-01-01 10:00:00.000Z"),
+            ("start", "2026-01-01T15:30:00.000+05:30"),
+            ("end", "later"),
+        ] {
+            let mut u = good.clone();
+            if field == "start" {
+                u.start = bad.into();
+            } else {
+                u.end = bad.into();
+            }
+            let mut t = Totals::default();
+            let leaf = Record::Usage(u).to_leaf().unwrap();
+            assert_eq!(
+                check_record_line(0, &leaf, &mut t),
+                Err(RecordProblem::BadTime {
+                    field: field.into(),
+                    value: bad.into()
+                })
+            );
+            assert!(t.tenants.is_empty(), "not counted");
+        }
+        let reversed = usage_on(0, "a", "lease-a", "GPU-1", (hour.1, hour.1), None);
+        check(&reversed).unwrap(); // empty, in order
+        let mut reversed = good.clone();
+        (reversed.start, reversed.end) = (hour.1.into(), hour.0.into());
+        assert!(matches!(
+            check(&reversed),
+            Err(RecordProblem::ReversedInterval { .. })
+        ));
+        let across = usage_on(
+            0,
+            "a",
+            "lease-a",
+            "GPU-1",
+            ("2026-01-01T10:30:00.000Z", "2026-01-01T11:30:00.000Z"),
+            None,
+        );
+        assert!(matches!(
+            check(&across),
+            Err(RecordProblem::CrossesHour { .. })
+        ));
+    }
+
+    /// Each record against the ones before it: one tenant per lease, no GPU time of a lease
+    /// billed twice, `prev` the lease and GPU's previous record, `attestation` an attestation.
+    /// A record that fails is not totalled, and does not move its lease's chain on.
+    #[test]
+    fn records_are_checked_against_the_ones_before_them() {
+        use crate::record::UsageRecord;
+        use crate::testutil::{attestation, usage_on};
+        let h = |from: u32| {
+            let t =
+                |h: u32| -> &'static str { String::leak(format!("2026-01-01T{h:02}:00:00.000Z")) };
+            (t(from), t(from + 1))
+        };
+        let mut c = RecordChecker::new();
+        let mut t = Totals::default();
+        let mut check = |rec: &Record, line: u64| c.check(line, &rec.to_leaf().unwrap(), &mut t);
+        let usage = |u: &UsageRecord| Record::Usage(u.clone());
+        check(&attestation(0), 0).unwrap();
+        let mut first = usage_on(1, "a", "lease-a", "GPU-1", h(0), None);
+        first.attestation = Some(0);
+        check(&usage(&first), 1).unwrap();
+        let second = usage_on(2, "a", "lease-a", "GPU-1", h(1), Some(1));
+        check(&usage(&second), 2).unwrap();
+        // (b) The same record again: byte for byte, then under the next id.
+        let e = check(&usage(&second), 3).unwrap_err();
+        assert_eq!(e, RecordProblem::IdMismatch { id: 2, line: 3 });
+        let mut copy = second.clone();
+        copy.id = 3;
+        let e = check(&usage(&copy), 3).unwrap_err();
+        assert_eq!(
+            e,
+            RecordProblem::OverlapsEarlier {
+                lease: "lease-a".into(),
+                gpu_uuid: "GPU-1".into(),
+                start: h(1).0.into(),
+                earlier: 2,
+                earlier_end: h(1).1.into(),
+            }
+        );
+        assert_eq!(
+            e.to_string(),
+            "starts at 2026-01-01T01:00:00.000Z, before 2026-01-01T02:00:00.000Z, the end of \
+             record 2 of lease lease-a on GPU GPU-1: that time is billed twice"
+        );
+        // Partly overlapping, and moved back in time: the same.
+        let mut part = usage_on(
+            3,
+            "a",
+            "lease-a",
+            "GPU-1",
+            ("2026-01-01T01:30:00.000Z", "2026-01-01T02:00:00.000Z"),
+            Some(2),
+        );
+        assert!(matches!(
+            check(&usage(&part), 3),
+            Err(RecordProblem::OverlapsEarlier { earlier: 2, .. })
+        ));
+        (part.start, part.end, part.gpu_ms) = (h(0).0.into(), h(0).1.into(), 3_600_000);
+        part.amount_paise = 25_000;
+        part.gpu_seconds = 3600.0;
+        assert!(matches!(
+            check(&usage(&part), 3),
+            Err(RecordProblem::OverlapsEarlier { earlier: 2, .. })
+        ));
+        // The rejected records did not move the chain on: the next one follows record 2,
+        // after a gap (a lease's GPU may be metered again later), and is counted.
+        let third = usage_on(3, "a", "lease-a", "GPU-1", h(3), Some(2));
+        check(&usage(&third), 3).unwrap();
+        // Another GPU of the lease has its own chain: the same hour is no overlap.
+        let other_gpu = usage_on(4, "a", "lease-a", "GPU-2", h(0), None);
+        check(&usage(&other_gpu), 4).unwrap();
+        // (c) Another tenant on lease-a.
+        let e = check(
+            &usage(&usage_on(5, "b", "lease-a", "GPU-1", h(4), Some(3))),
+            5,
+        );
+        assert_eq!(
+            e,
+            Err(RecordProblem::TenantNotLeases {
+                tenant: "b".into(),
+                lease: "lease-a".into(),
+                lease_tenant: "a".into(),
+                first: 1
+            })
+        );
+        assert_eq!(
+            e.unwrap_err().to_string(),
+            "bills tenant \"b\", but lease lease-a is tenant \"a\"'s (record 1)"
+        );
+        // A first record of lease-b whose prev is lease-a's record, then one of lease-a
+        // whose prev skips its chain's last record.
+        let e = check(
+            &usage(&usage_on(5, "b", "lease-b", "GPU-1", h(4), Some(3))),
+            5,
+        );
+        assert_eq!(
+            e,
+            Err(RecordProblem::PrevNotPrevious {
+                prev: Some(3),
+                expected: None,
+                lease: "lease-b".into(),
+                gpu_uuid: "GPU-1".into()
+            })
+        );
+        assert_eq!(
+            e.unwrap_err().to_string(),
+            "prev 3 is not the previous usage record of lease lease-b on GPU GPU-1 (null)"
+        );
+        let e = check(
+            &usage(&usage_on(5, "a", "lease-a", "GPU-1", h(4), Some(2))),
+            5,
+        );
+        assert!(
+            matches!(
+                e,
+                Err(RecordProblem::PrevNotPrevious {
+                    prev: Some(2),
+                    expected: Some(3),
+                    ..
+                })
+            ),
+            "{e:?}"
+        );
+        // An attestation reference to a usage record.
+        let mut fourth = usage_on(5, "a", "lease-a", "GPU-1", h(4), Some(3));
+        fourth.attestation = Some(2);
+        let e = check(&usage(&fourth), 5).unwrap_err();
+        assert_eq!(e, RecordProblem::NotAnAttestation { attestation: 2 });
+        assert_eq!(e.to_string(), "attestation 2 is not an attestation record");
+        fourth.attestation = Some(0);
+        check(&usage(&fourth), 5).unwrap();
+        // Only what passed is counted: records 1, 2, 3, 4 and 5 of tenant a, four hours.
+        assert_eq!(t.tenants.len(), 1, "{:?}", t.tenants);
+        let a = &t.tenants["a"];
+        assert_eq!((a.records, a.gpu_ms), (5, 5 * 3_600_000));
+        assert_eq!((t.records, t.by_kind["attestation"]), (6, 1));
+    }
+
+    /// A record that fails its own checks still moves its chain on: one forged amount is one
+    /// finding, not also one on the lease's next record.
+    #[test]
+    fn a_bad_record_is_one_finding() {
+        use crate::testutil::usage_on;
+        let mut c = RecordChecker::new();
+        let mut t = Totals::default();
+        let mut first = usage_on(
+            0,
+            "a",
+            "lease-a",
+            "GPU-1",
+            ("2026-01-01T00:00:00Z", "2026-01-01T01:00:00Z"),
+            None,
+        );
+        first.amount_paise += 1;
+        let leaf = Record::Usage(first).to_leaf().unwrap();
+        assert!(matches!(
+            c.check(0, &leaf, &mut t),
+            Err(RecordProblem::AmountMismatch { .. })
+        ));
+        let next = usage_on(
+            1,
+            "a",
+            "lease-a",
+            "GPU-1",
+            ("2026-01-01T01:00:00Z", "2026-01-01T02:00:00Z"),
+            Some(0),
+        );
+        c.check(1, &Record::Usage(next).to_leaf().unwrap(), &mut t)
+            .unwrap();
+        // A forged long interval does not make the lease's later records overlaps.
+        let mut long = usage_on(
+            2,
+            "a",
+            "lease-a",
+            "GPU-1",
+            ("2026-01-01T02:00:00Z", "2026-01-01T02:30:00Z"),
+            Some(1),
+        );
+        long.end = "2026-01-01T09:00:00Z".into();
+        long.gpu_ms = 7 * 3_600_000;
+        long.gpu_seconds = 7.0 * 3600.0;
+        long.amount_paise = 7 * 25_000;
+        assert!(matches!(
+            c.check(2, &Record::Usage(long).to_leaf().unwrap(), &mut t),
+            Err(RecordProblem::CrossesHour { .. })
+        ));
+        let after = usage_on(
+            3,
+            "a",
+            "lease-a",
+            "GPU-1",
+            ("2026-01-01T02:00:00Z", "2026-01-01T03:00:00Z"),
+            Some(2),
+        );
+        c.check(3, &Record::Usage(after).to_leaf().unwrap(), &mut t)
+            .unwrap();
+        assert_eq!(t.tenants["a"].records, 2);
     }
 
     /// The borrowed fast path must accept exactly what `Record` accepts.

@@ -257,7 +257,8 @@ pub struct UsageRecord {
     pub gpu_model: String,
     /// Interval start (inclusive), RFC 3339 UTC with milliseconds.
     pub start: String,
-    /// Interval end (exclusive), RFC 3339 UTC with milliseconds; `end - start` is `gpu_ms`.
+    /// Interval end (exclusive), RFC 3339 UTC with milliseconds, in the UTC hour of `start`
+    /// or exactly the next hour boundary; `end - start` is `gpu_ms`, exactly.
     pub end: String,
     /// Leased GPU time in the interval, in milliseconds (exact; `gpu_seconds` is derived).
     pub gpu_ms: u64,
@@ -275,7 +276,7 @@ pub struct UsageRecord {
     pub amount_paise: u64,
     /// Digest of the residency policy in force when the lease was placed.
     pub policy_digest: String,
-    /// Id of the previous usage record of the same lease, if any.
+    /// Id of the previous usage record of the same lease and GPU; `None` on the first.
     pub prev: Option<u64>,
     /// Id of the latest attestation record when this interval was metered, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -405,14 +406,14 @@ mod tests {
     #[test]
     fn usage_records_keep_their_bytes() {
         let leaf = String::from_utf8(
-            crate::testutil::usage(2, "acme", 1000, 25_000)
+            crate::testutil::usage_after(2, "acme", 1000, 25_000, Some(1))
                 .to_leaf()
                 .unwrap(),
         )
         .unwrap();
         assert_eq!(
             leaf,
-            r#"{"kind":"usage","v":1,"id":2,"node":"node-1","tenant":"acme","lease":"lease-1","gpu_uuid":"GPU-0b8c1a52-0000-4000-8000-000000000001","gpu_model":"NVIDIA H100 80GB HBM3","start":"2026-01-01T00:00:00.000Z","end":"2026-01-01T01:00:00.000Z","gpu_ms":1000,"gpu_seconds":1.0,"energy_joules":1800000.0,"peak_memory_bytes":1073741824,"mean_utilization_pct":87.5,"rate_paise_per_hour":25000,"amount_paise":7,"policy_digest":"sha256:00","prev":1}"#
+            r#"{"kind":"usage","v":1,"id":2,"node":"node-1","tenant":"acme","lease":"lease-acme","gpu_uuid":"GPU-0b8c1a52-0000-4000-8000-000000000001","gpu_model":"NVIDIA H100 80GB HBM3","start":"2026-01-01T02:00:00.000Z","end":"2026-01-01T02:00:01.000Z","gpu_ms":1000,"gpu_seconds":1.0,"energy_joules":1800000.0,"peak_memory_bytes":1073741824,"mean_utilization_pct":87.5,"rate_paise_per_hour":25000,"amount_paise":7,"policy_digest":"sha256:00","prev":1}"#
         );
     }
 

@@ -1,11 +1,13 @@
 //! The streaming pass over `records.jsonl`: one read of the file, spread over all cores.
 //!
-//! Worker threads hash leaves and check records ([`crate::check`]) chunk by chunk while the
-//! calling thread reads the file and folds leaf hashes into the tree in order, keeping the
-//! roots at the sizes asked for and the leaf hashes of the records asked for. Memory use does
-//! not grow with the log.
+//! Worker threads hash leaves and check each record on its own ([`crate::check`]) chunk by
+//! chunk while the calling thread reads the file, folds leaf hashes into the tree in order,
+//! keeping the roots at the sizes asked for and the leaf hashes of the records asked for, and
+//! checks each record against the ones before it ([`RecordChecker`]). Memory use does not
+//! grow with the number of records (the checks across records remember leases and
+//! attestation records, not usage records).
 
-use crate::check::{check_record_line, Totals, MAX_LISTED_PROBLEMS};
+use crate::check::{check_line, LineCheck, RecordChecker, Totals, MAX_LISTED_PROBLEMS};
 use crate::finding::Finding;
 use attest::log::{leaf_hash, Hash, RootBuilder, TreeFull};
 use std::collections::BTreeMap;
@@ -50,7 +52,8 @@ pub struct StreamOutcome {
     pub roots: BTreeMap<u64, Hash>,
     /// Leaf hashes of the requested record indices that exist.
     pub leaf_hashes: BTreeMap<u64, Hash>,
-    /// Counts by kind and per-tenant usage over the records that passed their checks.
+    /// Counts by kind and per-tenant usage over the records that passed their checks (on
+    /// their own and against the records before them).
     pub totals: Totals,
     /// The first record-level problems ([`MAX_LISTED_PROBLEMS`] [`Finding::BadRecord`]s), in
     /// record order.
@@ -67,19 +70,18 @@ struct ChunkJob {
 }
 
 struct ChunkResult {
+    first_index: u64,
     leaf_hashes: Vec<Hash>,
-    totals: Totals,
-    problems: Vec<Finding>,
-    bad: u64,
+    /// Each line's own checks, in order.
+    checks: Vec<LineCheck>,
     data: Vec<u8>,
 }
 
 fn process_chunk(job: ChunkJob) -> ChunkResult {
     let mut r = ChunkResult {
+        first_index: job.first_index,
         leaf_hashes: Vec::new(),
-        totals: Totals::default(),
-        problems: Vec::new(),
-        bad: 0,
+        checks: Vec::new(),
         data: Vec::new(),
     };
     let data = job.data.as_slice();
@@ -87,12 +89,7 @@ fn process_chunk(job: ChunkJob) -> ChunkResult {
     if !data.is_empty() {
         for (index, line) in (job.first_index..).zip(body.split(|&b| b == b'\n')) {
             r.leaf_hashes.push(leaf_hash(line));
-            if let Err(problem) = check_record_line(index, line, &mut r.totals) {
-                r.bad += 1;
-                if r.problems.len() < MAX_LISTED_PROBLEMS {
-                    r.problems.push(Finding::BadRecord { index, problem });
-                }
-            }
+            r.checks.push(check_line(index, line));
         }
     }
     r.data = job.data;
@@ -235,7 +232,8 @@ impl<R: Read> Chunker<R> {
 }
 
 /// The calling thread's half: folds chunk results, in record order, into the tree (keeping
-/// the roots and leaf hashes asked for), the totals and the problems.
+/// the roots and leaf hashes asked for), the checks across records, the totals and the
+/// problems.
 struct Collector {
     /// Sorted, without duplicates.
     sizes: Vec<u64>,
@@ -244,6 +242,7 @@ struct Collector {
     next_size: usize,
     next_leaf: usize,
     builder: RootBuilder,
+    checker: RecordChecker,
     out: StreamOutcome,
 }
 
@@ -261,6 +260,7 @@ impl Collector {
             next_size: 0,
             next_leaf: 0,
             builder: RootBuilder::new(),
+            checker: RecordChecker::new(),
             out: StreamOutcome::default(),
         }
     }
@@ -283,10 +283,16 @@ impl Collector {
             }
             self.builder.push_leaf_hash(h)?;
         }
-        self.out.totals.merge(r.totals);
-        self.out.bad_records += r.bad;
-        let room = MAX_LISTED_PROBLEMS.saturating_sub(self.out.problems.len());
-        self.out.problems.extend(r.problems.into_iter().take(room));
+        for (index, check) in (r.first_index..).zip(r.checks) {
+            if let Err(problem) = self.checker.admit(index, check, &mut self.out.totals) {
+                self.out.bad_records += 1;
+                if self.out.problems.len() < MAX_LISTED_PROBLEMS {
+                    self.out
+                        .problems
+                        .push(Finding::BadRecord { index, problem });
+                }
+            }
+        }
         Ok(r.data)
     }
 
@@ -343,16 +349,12 @@ fn read_chunk(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::usage;
+    use crate::testutil::{leaves, usage};
 
     fn records_text(n: u64) -> Vec<u8> {
         let mut out = Vec::new();
-        for i in 0..n {
-            out.extend_from_slice(
-                &usage(i, ["a", "b", "c"][i as usize % 3], 60_000, 25_000)
-                    .to_leaf()
-                    .unwrap(),
-            );
+        for leaf in leaves(n) {
+            out.extend_from_slice(&leaf);
             out.push(b'\n');
         }
         out
@@ -398,6 +400,35 @@ mod tests {
         assert!(u.unterminated);
         assert_eq!(u.lines, 300);
         assert_eq!(u.bad_records, 1);
+    }
+
+    /// The checks across records see records in other chunks: a chain spans them without a
+    /// finding, and a copy of an early record at the end is found.
+    #[test]
+    fn checks_across_records_span_chunks() {
+        let n = 25_000;
+        let mut text = records_text(n);
+        assert!(text.len() > 2 * CHUNK, "{}", text.len());
+        let mut copy: crate::record::Record = serde_json::from_slice(&leaves(4)[3]).unwrap();
+        if let crate::record::Record::Usage(u) = &mut copy {
+            u.id = n;
+        }
+        text.extend_from_slice(&copy.to_leaf().unwrap());
+        text.push(b'\n');
+        let s = stream_records(&text[..], &[], &[], |_| {}).unwrap();
+        assert_eq!((s.lines, s.bad_records), (n + 1, 1), "{:?}", s.problems);
+        assert!(
+            matches!(
+                &s.problems[0],
+                Finding::BadRecord {
+                    index,
+                    problem: crate::check::RecordProblem::OverlapsEarlier { earlier, .. }
+                } if *index == n && *earlier == n - 1
+            ),
+            "{:?}",
+            s.problems
+        );
+        assert_eq!(s.totals.records, n);
     }
 
     #[test]

@@ -7,6 +7,7 @@ use crate::record::{
     JobUsageRecord, Record, ScratchErasedRecord, TransferRecord, UsageRecord, RECORD_VERSION,
 };
 use crate::source::DirSource;
+use crate::time::format_utc_ms;
 use crate::verify::{verify_export, Supplied, VerifyFailure, VerifyOptions, VerifyReport};
 use attest::checkpoint::{sign_checkpoint, Checkpoint};
 use attest::log::{Log, MemStore};
@@ -21,17 +22,33 @@ pub(crate) fn signer() -> NoteSigner {
     NoteSigner::from_seed(ORIGIN, &[7; 32]).unwrap()
 }
 
+/// A usage record of `tenant` on its lease `lease-<tenant>` and one GPU: `gpu_ms` (at most an
+/// hour) from hour `id` of 2026-01-01, at `rate`; the first of its lease (`prev` null).
 pub(crate) fn usage(id: u64, tenant: &str, gpu_ms: u64, rate: u64) -> Record {
+    usage_after(id, tenant, gpu_ms, rate, None)
+}
+
+/// [`usage`] with `prev`.
+pub(crate) fn usage_after(
+    id: u64,
+    tenant: &str,
+    gpu_ms: u64,
+    rate: u64,
+    prev: Option<u64>,
+) -> Record {
+    let start = crate::time::parse_utc_ms("2026-01-01T00:00:00.000Z").unwrap()
+        + i64::try_from(id).unwrap() * 3_600_000;
+    let end = start + i64::try_from(gpu_ms).unwrap();
     Record::Usage(UsageRecord {
         v: RECORD_VERSION,
         id,
         node: "node-1".into(),
         tenant: tenant.into(),
-        lease: "lease-1".into(),
+        lease: format!("lease-{tenant}"),
         gpu_uuid: "GPU-0b8c1a52-0000-4000-8000-000000000001".into(),
         gpu_model: "NVIDIA H100 80GB HBM3".into(),
-        start: "2026-01-01T00:00:00.000Z".into(),
-        end: "2026-01-01T01:00:00.000Z".into(),
+        start: format_utc_ms(start),
+        end: format_utc_ms(end),
         gpu_ms,
         gpu_seconds: gpu_ms as f64 / 1000.0,
         energy_joules: 1.8e6,
@@ -40,9 +57,44 @@ pub(crate) fn usage(id: u64, tenant: &str, gpu_ms: u64, rate: u64) -> Record {
         rate_paise_per_hour: rate,
         amount_paise: amount_paise(gpu_ms, rate),
         policy_digest: "sha256:00".into(),
-        prev: id.checked_sub(1),
+        prev,
         attestation: None,
     })
+}
+
+/// An attestation record (checked for its place only).
+pub(crate) fn attestation(id: u64) -> Record {
+    Record::Attestation(crate::record::AttestationRecord {
+        v: RECORD_VERSION,
+        id,
+        node: "node-1".into(),
+        received: "2026-01-01T00:00:00.000Z".into(),
+        status: "affirming".into(),
+        iat: 1_767_225_600,
+        evidence_digest: "00".into(),
+        verifier_key: "00".into(),
+        result: "{}".into(),
+    })
+}
+
+/// A usage record of `tenant` on `lease` and `gpu` over `[start, end)` (RFC 3339 UTC), its
+/// `gpu_ms` the interval and its amount at ₹250/h.
+pub(crate) fn usage_on(
+    id: u64,
+    tenant: &str,
+    lease: &str,
+    gpu: &str,
+    (start, end): (&str, &str),
+    prev: Option<u64>,
+) -> crate::record::UsageRecord {
+    let ms = |t| crate::time::parse_utc_ms(t).unwrap();
+    let gpu_ms = u64::try_from(ms(end) - ms(start)).unwrap();
+    let Record::Usage(mut u) = usage_after(id, tenant, gpu_ms, 25_000, prev) else {
+        unreachable!()
+    };
+    (u.lease, u.gpu_uuid) = (lease.into(), gpu.into());
+    (u.start, u.end) = (start.into(), end.into());
+    u
 }
 
 /// A job-usage record of job `job-1` over `[start, end)`, not ended.
@@ -100,13 +152,20 @@ pub(crate) fn transfer(id: u64, direction: &str, decision: &str, bytes: u64) -> 
     })
 }
 
-/// `n` usage records, tenants `a`, `b`, `c` in turn, one minute at ₹250/h each.
+/// `n` usage records, tenants `a`, `b`, `c` in turn (each on its lease, chained by `prev`),
+/// one minute at ₹250/h each.
 pub(crate) fn leaves(n: u64) -> Vec<Vec<u8>> {
     (0..n)
         .map(|i| {
-            usage(i, ["a", "b", "c"][i as usize % 3], 60_000, 25_000)
-                .to_leaf()
-                .unwrap()
+            usage_after(
+                i,
+                ["a", "b", "c"][i as usize % 3],
+                60_000,
+                25_000,
+                i.checked_sub(3),
+            )
+            .to_leaf()
+            .unwrap()
         })
         .collect()
 }

@@ -56,6 +56,40 @@ fn fraction_ms(f: &[u8]) -> Option<i64> {
     )
 }
 
+/// `YYYY-MM-DDTHH:MM:SS.mmmZ` of Unix milliseconds, as nodes write times: what a finding shows
+/// of a time the verifier kept only as a number. Years outside 0..=9999 are written as
+/// `@<ms>ms` (no record holds one: they do not parse).
+pub(crate) fn format_utc_ms(ms: i64) -> String {
+    let days = ms.div_euclid(86_400_000);
+    let of_day = ms.rem_euclid(86_400_000);
+    let (year, month, day) = civil_from_days(days);
+    if !(0..=9999).contains(&year) {
+        return format!("@{ms}ms");
+    }
+    let (h, m, s, milli) = (
+        of_day / 3_600_000,
+        of_day / 60_000 % 60,
+        of_day / 1000 % 60,
+        of_day % 1000,
+    );
+    format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}.{milli:03}Z")
+}
+
+/// The proleptic Gregorian date of a number of days since 1970-01-01 (H. Hinnant's
+/// `civil_from_days`, the inverse of [`days_from_civil`]).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
 /// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's `days_from_civil`).
 fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
     let y = if month <= 2 { year - 1 } else { year };
@@ -97,5 +131,26 @@ mod tests {
         ] {
             assert_eq!(parse_utc_ms(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn formats_what_it_parses() {
+        for t in [
+            "1970-01-01T00:00:00.000Z",
+            "2026-03-01T10:00:00.250Z",
+            "2024-02-29T23:59:59.999Z",
+            "2000-03-01T00:00:00.001Z",
+            "1969-12-31T23:59:59.999Z",
+            "0000-01-01T00:00:00.000Z",
+            "9999-12-31T23:59:59.999Z",
+        ] {
+            assert_eq!(format_utc_ms(parse_utc_ms(t).unwrap()), t);
+        }
+        let mut ms = -62_167_219_200_000; // 0000-01-01
+        while ms < 253_402_300_800_000 {
+            assert_eq!(parse_utc_ms(&format_utc_ms(ms)), Some(ms), "{ms}");
+            ms += 86_399_937 * 97;
+        }
+        assert_eq!(format_utc_ms(i64::MAX), format!("@{}ms", i64::MAX));
     }
 }

@@ -207,7 +207,7 @@ pub struct VerifyReport {
     /// Number of lines in records.jsonl, counting an unterminated last one.
     pub records: u64,
     /// Counts by kind and per-tenant usage, summed over the records that passed their
-    /// line checks.
+    /// checks (on their own and against the records before them).
     pub totals: Totals,
     /// How the previous checkpoint was shown to be extended by the export's; `None` when
     /// none was given or the check failed (a finding then says why).

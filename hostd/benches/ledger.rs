@@ -32,21 +32,28 @@ fn open_db(dir: &Path) -> sled::Db {
     sled::Config::new().path(dir.join("db")).open().unwrap()
 }
 
-/// A realistic usage record (about 480 bytes of JSON).
+/// Leases metered in turn: record `id` is of lease `id % LEASES`, in its hour `id / LEASES`.
+const LEASES: u64 = 101;
+
+/// A realistic usage record (about 480 bytes of JSON) that passes the audit's checks: each
+/// lease's records are a chain (`prev`) of intervals in successive hours, on one GPU.
 fn record(id: u64) -> Vec<u8> {
-    let tenant = format!("tenant-{:02}", id % 17);
+    let lease = id % LEASES;
+    let tenant = format!("tenant-{:02}", lease % 17);
     let gpu_ms = 3_600_000 - (id % 1000);
-    let rate = 25_000 + (id % 5) * 1_000;
+    let rate = 25_000 + (lease % 5) * 1_000;
+    let start = 1_772_323_200_000 + i64::try_from(id / LEASES).unwrap() * 3_600_000; // 2026-03-01
+    let end = start + i64::try_from(gpu_ms).unwrap();
     Record::Usage(UsageRecord {
         v: RECORD_VERSION,
         id,
         node: "bench-node".into(),
         tenant: tenant.clone(),
-        lease: format!("{tenant}-lease-{}", id % 101),
-        gpu_uuid: format!("GPU-5a3e2f10-8c41-4b7e-9d2a-{:012x}", id % 8),
+        lease: format!("{tenant}-lease-{lease}"),
+        gpu_uuid: format!("GPU-5a3e2f10-8c41-4b7e-9d2a-{:012x}", lease % 8),
         gpu_model: "NVIDIA H100 80GB HBM3".into(),
-        start: "2026-03-01T10:00:00.000Z".into(),
-        end: "2026-03-01T10:59:59.000Z".into(),
+        start: hostd::clock::rfc3339_ms(start),
+        end: hostd::clock::rfc3339_ms(end),
         gpu_ms,
         gpu_seconds: gpu_ms as f64 / 1000.0,
         energy_joules: 2_519_876.5 + (id % 13) as f64,
@@ -56,7 +63,7 @@ fn record(id: u64) -> Vec<u8> {
         amount_paise: amount_paise(gpu_ms, rate),
         policy_digest: "sha256:4f1c0e8f2b7a9d3c5e6f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c2d"
             .into(),
-        prev: id.checked_sub(8),
+        prev: id.checked_sub(LEASES),
         attestation: None,
     })
     .to_leaf()

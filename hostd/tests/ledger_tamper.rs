@@ -21,8 +21,11 @@ fn signer() -> NoteSigner {
     NoteSigner::from_seed(ORIGIN, &[5; 32]).unwrap()
 }
 
+/// Record `id` starts at hour `id` from 2026-03-01 and lasts `gpu_ms`, as a node cuts it.
 fn usage(id: u64, tenant: &str, lease: &str, gpu_ms: u64, rate: u64, prev: Option<u64>) -> Vec<u8> {
-    let start_h = id % 24;
+    let start = hostd::clock::parse_time_ms("2026-03-01T00:00:00.000Z").unwrap()
+        + i64::try_from(id * HOUR_MS).unwrap();
+    let end = start + i64::try_from(gpu_ms).unwrap();
     Record::Usage(UsageRecord {
         v: RECORD_VERSION,
         id,
@@ -31,8 +34,8 @@ fn usage(id: u64, tenant: &str, lease: &str, gpu_ms: u64, rate: u64, prev: Optio
         lease: lease.into(),
         gpu_uuid: "GPU-5a3e2f10-8c41-4b7e-9d2a-1f0c3b4d5e6f".into(),
         gpu_model: "NVIDIA H100 80GB HBM3".into(),
-        start: format!("2026-03-01T{start_h:02}:00:00.000Z"),
-        end: format!("2026-03-01T{start_h:02}:59:59.999Z"),
+        start: hostd::clock::rfc3339_ms(start),
+        end: hostd::clock::rfc3339_ms(end),
         gpu_ms,
         gpu_seconds: gpu_ms as f64 / 1000.0,
         energy_joules: 2_520_000.0, // 700 W for an hour = 0.7 kWh

@@ -144,6 +144,44 @@ fn bad_record() {
         .starts_with("record 1: claims id 2 but is line 1"));
 }
 
+/// A node that bills an hour twice signs the copy like any record: only the checks across
+/// records see it. It is a finding naming both records, and it is not totalled.
+#[test]
+fn a_double_charge_is_found_and_not_totalled() {
+    let mut leaves = leaves(6);
+    let mut copy: crate::record::Record = serde_json::from_slice(&leaves[4]).unwrap();
+    if let crate::record::Record::Usage(u) = &mut copy {
+        u.id = 6;
+    }
+    leaves.push(copy.to_leaf().unwrap());
+    let f = Fx::of_leaves(leaves, &[6]);
+    let r = f.run().unwrap();
+    assert_eq!(r.receipts_verified, 1, "the node signed it");
+    assert_eq!(r.problems.len(), 1, "{:#?}", r.problems);
+    assert!(
+        matches!(
+            &r.problems[0],
+            Finding::BadRecord {
+                index: 6,
+                problem: RecordProblem::OverlapsEarlier { earlier: 4, .. }
+            }
+        ),
+        "{:?}",
+        r.problems
+    );
+    assert!(
+        r.problems[0]
+            .to_string()
+            .starts_with("record 6: starts at 2026-01-01T04:00:00.000Z, before 2026-01-01T04:01:00.000Z, the end of record 4 of lease lease-b"),
+        "{}",
+        r.problems[0]
+    );
+    assert_eq!((r.totals.records, r.totals.tenants["b"].records), (6, 2));
+    let json = serde_json::to_value(&r.problems[0]).unwrap();
+    assert_eq!(json["problem"]["problem"], "overlaps-earlier");
+    assert_eq!(json["problem"]["earlier"], 4);
+}
+
 #[test]
 fn more_invalid_records() {
     let f = Fx::new(25, &[]);
