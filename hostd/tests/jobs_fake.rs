@@ -301,8 +301,17 @@ async fn fixture() -> Fixture {
     }
     let scratch_root = work.path().join("scratch");
     std::fs::create_dir_all(&scratch_root).unwrap();
+    let node = open_node(state.path());
+    // The tenant of every lease here (`lease`): jobs start only for an active tenant.
+    node.create_tenant(hostd_api::tenant::NewTenant {
+        id: "acme".into(),
+        name: "Acme".into(),
+        jurisdiction: "IN".into(),
+        contact: String::new(),
+    })
+    .unwrap();
     Fixture {
-        node: Arc::new(open_node(state.path())),
+        node: Arc::new(node),
         scratch: Arc::new(MemScratch::new(scratch_root)),
         work: work.path().to_owned(),
         root: root.path().to_owned(),

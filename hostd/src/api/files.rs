@@ -270,6 +270,8 @@ pub(super) async fn put_file(
 ) -> ApiResult<Response> {
     let lease = lease_for(&node, &p, id, "write a lease's files").await?;
     let rel = RelPath::parse(&path)?;
+    let tenant = lease.tenant.clone();
+    blocking(&node, move |n| n.check_tenant_active(&tenant).map(drop)).await?;
     let jobs = w.jobs()?.clone();
     let root = scratch_root(&jobs, &lease).await?;
     let remaining = {

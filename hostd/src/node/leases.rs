@@ -68,13 +68,7 @@ impl Node {
 
     /// The tenant (active) and the configured rate for the requested model.
     fn check_lease_request(&self, req: &NewLease) -> Result<(Tenant, u64), NodeError> {
-        let tenant = self.tenant(&req.tenant)?;
-        if tenant.status != TenantStatus::Active {
-            return Err(NodeError::Conflict(format!(
-                "tenant {} is suspended",
-                tenant.id
-            )));
-        }
+        let tenant = self.check_tenant_active(&req.tenant)?;
         if req
             .dataset
             .as_deref()

@@ -37,6 +37,17 @@ impl Node {
             .ok_or_else(|| NodeError::NotFound(format!("no tenant {id}")))
     }
 
+    /// Refuses new work for a suspended tenant (a lease, a job, an upload): suspension
+    /// stops what the tenant would start, while what runs, its downloads, bills and the end
+    /// of its leases go on as before.
+    pub fn check_tenant_active(&self, id: &str) -> Result<Tenant, NodeError> {
+        let tenant = self.tenant(id)?;
+        if tenant.status != TenantStatus::Active {
+            return Err(NodeError::Conflict(format!("tenant {id} is suspended")));
+        }
+        Ok(tenant)
+    }
+
     pub fn suspend_tenant(&self, id: &str) -> Result<Tenant, NodeError> {
         let _w = lock(&self.write);
         let mut t = self.tenant(id)?;

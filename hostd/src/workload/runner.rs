@@ -336,6 +336,7 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
         if lease.state != LeaseState::Active {
             return Err(NodeError::Conflict(format!("lease {} has ended", lease.id)));
         }
+        self.node.check_tenant_active(&lease.tenant)?;
         self.check_capacity(&lease.id)?;
         let uid = self.lease_uid(&lease.id)?;
         accounts::ensure_job_user(&self.paths.system_root, uid)

@@ -11,7 +11,7 @@ use crate::{create_tenants, json};
 use e2e::DevNode;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 /// One node with jobs at a time: a node's hostd owns the host's lease address pool and its
@@ -188,6 +188,55 @@ fn an_ended_leases_gpu_waits_for_its_last_job() {
         std::thread::sleep(Duration::from_millis(300));
     }
     end_and_wait(&node, "eu-bio", &lb);
+}
+
+/// A suspended tenant starts nothing new (a lease, a job, an upload: 409 saying so), while
+/// what it runs goes on and it can still read its output and end its lease.
+#[test]
+fn a_suspended_tenant_starts_nothing_new() {
+    let _one = one_at_a_time();
+    let node = jobs_node();
+    create_tenants(&node);
+    let (la, _) = lease(&node, "hyd-speech");
+    let j = detached(&node, "hyd-speech", &la, "echo before; exec sleep 300");
+    wait_job(&node, &la, &j, |v| v["state"] == "running");
+    e2e::ok(&node.sovctl("operator", &["tenant", "suspend", "hyd-speech"]));
+
+    let refused = |out: Output| {
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!out.status.success(), "{err}");
+        assert!(err.contains("tenant hyd-speech is suspended"), "{err}");
+    };
+    refused(node.sovctl(
+        "hyd-speech",
+        &["job", "run", "--detach", "--lease", &la, "--", "/bin/true"],
+    ));
+    let local = tempfile::tempdir().unwrap();
+    let src = local.path().join("f");
+    std::fs::write(&src, b"x").unwrap();
+    refused(node.sovctl(
+        "hyd-speech",
+        &["cp", src.to_str().unwrap(), &format!("{la}:f")],
+    ));
+    refused(node.sovctl(
+        "hyd-speech",
+        &[
+            "lease",
+            "create",
+            "--tenant",
+            "hyd-speech",
+            "--gpus",
+            "1",
+            "--model",
+            "H100",
+        ],
+    ));
+
+    assert_eq!(show(&node, "hyd-speech", &la, &j)["state"], "running");
+    let logs = e2e::ok(&node.sovctl("hyd-speech", &["job", "logs", "--lease", &la, &j]));
+    assert!(logs.contains("before"), "{logs}");
+    end_and_wait(&node, "hyd-speech", &la);
+    wait_job(&node, &la, &j, |v| v["state"] == "killed");
 }
 
 pub(crate) fn end_and_wait(node: &DevNode, tenant: &str, lease: &str) {
