@@ -380,27 +380,21 @@ fn lease(id: &str) -> Lease {
 /// A lease the node knows as active, so the controller keeps its jobs running.
 fn known_lease(f: &Fixture, id: &str) -> Lease {
     let l = lease(id);
-    let key = hostd::state::keys::LeasesKey::Lease(id).key();
-    f.node
-        .store()
-        .tree("leases")
-        .unwrap()
-        .put(&key, &l)
-        .unwrap();
+    store_lease(f, &l);
     l
+}
+
+/// Writes `l` as the node's copy of the lease.
+fn store_lease(f: &Fixture, l: &Lease) {
+    let key = hostd::state::keys::LeasesKey::Lease(&l.id).key();
+    f.node.store().tree("leases").unwrap().put(&key, l).unwrap();
 }
 
 /// The node's copy of the lease `id`, now ended.
 fn ended_lease(f: &Fixture, id: &str) {
     let mut l = lease(id);
     l.state = LeaseState::Ended;
-    let key = hostd::state::keys::LeasesKey::Lease(id).key();
-    f.node
-        .store()
-        .tree("leases")
-        .unwrap()
-        .put(&key, &l)
-        .unwrap();
+    store_lease(f, &l);
 }
 
 fn job() -> NewJob {

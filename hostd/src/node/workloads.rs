@@ -435,15 +435,10 @@ mod tests {
         ));
     }
 
-    /// Records appended whose cursor move did not land, with the node still running (signing
-    /// the checkpoint or storing the state failed after the append): the next commit
-    /// completes that intent and is refused, so the next round starts from the moved cursor
-    /// and the span is not metered twice.
-    #[test]
-    fn an_append_whose_state_change_failed_is_completed_not_repeated() {
-        let dir = tempfile::tempdir().unwrap();
-        let t0 = 1000 * H;
-        let node = open_node(dir.path());
+    /// Writes ahead and appends the hour of `job-1` from `t0` (its cursor started there), and
+    /// stops before the intent is applied, as a crash or a failed state write would. Returns
+    /// the records' first id.
+    fn append_without_applying(node: &Node, t0: i64) -> u64 {
         node.start_job_metering(cursor("job-1", t0)).unwrap();
         let key = LeasesKey::JobCursor { job: "job-1" }.key();
         let c = node.job_cursor("job-1").unwrap().unwrap();
@@ -462,6 +457,19 @@ mod tests {
         }))
         .unwrap();
         node.write_ahead_and_append(&intent).unwrap();
+        start
+    }
+
+    /// Records appended whose cursor move did not land, with the node still running (signing
+    /// the checkpoint or storing the state failed after the append): the next commit
+    /// completes that intent and is refused, so the next round starts from the moved cursor
+    /// and the span is not metered twice.
+    #[test]
+    fn an_append_whose_state_change_failed_is_completed_not_repeated() {
+        let dir = tempfile::tempdir().unwrap();
+        let t0 = 1000 * H;
+        let node = open_node(dir.path());
+        let start = append_without_applying(&node, t0);
         // The cursor has not moved: a round now would cut the same hour again.
         assert_eq!(node.job_cursor("job-1").unwrap().unwrap().from_ms, t0);
         assert!(matches!(
@@ -484,25 +492,7 @@ mod tests {
         let t0 = 1000 * H;
         let size = {
             let node = open_node(dir.path());
-            node.start_job_metering(cursor("job-1", t0)).unwrap();
-            let key = LeasesKey::JobCursor { job: "job-1" }.key();
-            let c = node.job_cursor("job-1").unwrap().unwrap();
-            let (usages, next) = cut(&c, &sample(1_000), t0 + H + 10, None);
-            let start = node.ledger_next_hint();
-            let leaves = job_usage_records("node-1", start, usages)
-                .iter()
-                .map(super::super::commit::leaf_text)
-                .collect::<Result<Vec<_>, _>>()
-                .unwrap();
-            let intent = serde_json::json!({
-                "start": start,
-                "leaves": leaves,
-                "puts": [[key, serde_json::to_value(next.unwrap()).unwrap()]],
-                "removes": [],
-            });
-            // Written ahead and appended, then "killed" before the intent is applied.
-            let intent: super::super::commit::Intent = serde_json::from_value(intent).unwrap();
-            node.write_ahead_and_append(&intent).unwrap();
+            let start = append_without_applying(&node, t0);
             node.flush().unwrap();
             start
         };

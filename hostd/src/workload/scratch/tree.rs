@@ -43,6 +43,20 @@ pub enum TreeError {
     TooManySteps,
 }
 
+/// A walk's step count, bounded by [`MAX_STEPS`].
+#[derive(Default)]
+struct Steps(u64);
+
+impl Steps {
+    fn take(&mut self) -> Result<(), TreeError> {
+        self.0 += 1;
+        if self.0 > MAX_STEPS {
+            return Err(TreeError::TooManySteps);
+        }
+        Ok(())
+    }
+}
+
 fn io(what: &'static str) -> impl FnOnce(Errno) -> TreeError {
     move |e| TreeError::Io {
         what,
@@ -121,12 +135,9 @@ pub(super) fn bytes(dir: &Path) -> Result<u64, TreeError> {
     let mut cur = start.read()?;
     // Where to resume reading each directory above the current one.
     let mut resume: Vec<i64> = Vec::new();
-    let (mut total, mut steps) = (0u64, 0u64);
+    let (mut total, mut steps) = (0u64, Steps::default());
     loop {
-        steps += 1;
-        if steps > MAX_STEPS {
-            return Err(TreeError::TooManySteps);
-        }
+        steps.take()?;
         match next_entry(&mut cur)? {
             Some((name, next)) => match count_entry(&cur, &name)? {
                 Counted::File(n) => total = total.saturating_add(n),
@@ -211,12 +222,9 @@ pub(super) fn delete(dir: &Path) -> Result<(), TreeError> {
 /// the directory the walk last went into, which is empty by then and removed.
 fn empty(start: &Start) -> Result<(), TreeError> {
     let mut cur = start.read()?;
-    let (mut depth, mut steps) = (0u64, 0u64);
+    let (mut depth, mut steps) = (0u64, Steps::default());
     loop {
-        steps += 1;
-        if steps > MAX_STEPS {
-            return Err(TreeError::TooManySteps);
-        }
+        steps.take()?;
         match delete_entries(&mut cur)? {
             Some(child) => {
                 cur = Dir::new(child).map_err(io("read a directory"))?;
