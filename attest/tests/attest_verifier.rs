@@ -276,6 +276,14 @@ impl Fx {
             .to_bytes()
             .unwrap()
     }
+
+    /// Evidence answering `nonce` at NOW with these GPUs, signed by the node.
+    fn signed(&self, nonce: [u8; 32], gpus: Vec<GpuClaims>) -> Vec<u8> {
+        Evidence::sign(self.claims(nonce, NOW, gpus), &self.node)
+            .unwrap()
+            .to_bytes()
+            .unwrap()
+    }
 }
 
 impl Fx {
@@ -691,10 +699,7 @@ fn gpu_report_signature_failure_is_contraindicated() {
     if let Some(r) = gpu.report.as_mut() {
         r.spdm[60] ^= 0x01; // inside measurement block 1's digest
     }
-    let bytes = Evidence::sign(f.claims(nonce, NOW, vec![gpu]), &f.node)
-        .unwrap()
-        .to_bytes()
-        .unwrap();
+    let bytes = f.signed(nonce, vec![gpu]);
     let ar = v.appraise(&bytes, &nonce, NOW, &mut issued(nonce)).unwrap();
     assert_contra(&ar, "gpu-report-signature-invalid");
     assert_eq!(ar.result.trust_vector.hardware, tier::CONTRAINDICATED);
@@ -707,18 +712,12 @@ fn gpu_report_with_reused_or_underived_nonce_fails() {
     let nonce = [0x53; 32];
     // The GPU signed the verifier nonce itself instead of the derived one.
     let gpu = f.gpu_claims_with(&f.report_spec(nonce));
-    let bytes = Evidence::sign(f.claims(nonce, NOW, vec![gpu]), &f.node)
-        .unwrap()
-        .to_bytes()
-        .unwrap();
+    let bytes = f.signed(nonce, vec![gpu]);
     let ar = v.appraise(&bytes, &nonce, NOW, &mut issued(nonce)).unwrap();
     assert_contra(&ar, "gpu-nonce-mismatch");
     // A GPU report from an earlier challenge, pasted into fresh evidence.
     let old = f.gpu_claims(&[0x01; 32]);
-    let bytes = Evidence::sign(f.claims(nonce, NOW, vec![old]), &f.node)
-        .unwrap()
-        .to_bytes()
-        .unwrap();
+    let bytes = f.signed(nonce, vec![old]);
     let ar = v.appraise(&bytes, &nonce, NOW, &mut issued(nonce)).unwrap();
     assert_contra(&ar, "gpu-nonce-mismatch");
 }
@@ -731,10 +730,7 @@ fn gpu_fwid_mismatch_and_untrusted_root_fail() {
     let mut spec = f.report_spec(gpu_nonce(&nonce, UUID, &f.node.public_key()));
     spec.fwid_override = Some([0xAB; 48]);
     let gpu = f.gpu_claims_with(&spec);
-    let bytes = Evidence::sign(f.claims(nonce, NOW, vec![gpu]), &f.node)
-        .unwrap()
-        .to_bytes()
-        .unwrap();
+    let bytes = f.signed(nonce, vec![gpu]);
     let ar = v.appraise(&bytes, &nonce, NOW, &mut issued(nonce)).unwrap();
     assert_contra(&ar, "gpu-fwid-mismatch");
 
@@ -764,10 +760,7 @@ fn gpu_without_report_warns_or_fails_by_config() {
     let nonce = [0x56; 32];
     let mut gpu = f.gpu_claims(&nonce);
     gpu.report = None;
-    let bytes = Evidence::sign(f.claims(nonce, NOW, vec![gpu]), &f.node)
-        .unwrap()
-        .to_bytes()
-        .unwrap();
+    let bytes = f.signed(nonce, vec![gpu]);
     let ar = f
         .verifier(1)
         .appraise(&bytes, &nonce, NOW, &mut issued(nonce))
@@ -790,10 +783,7 @@ fn gpu_without_report_does_not_count_toward_min_gpus() {
     let nonce = [0x5e; 32];
     let mut gpu = f.gpu_claims(&nonce);
     gpu.report = None;
-    let bytes = Evidence::sign(f.claims(nonce, NOW, vec![gpu]), &f.node)
-        .unwrap()
-        .to_bytes()
-        .unwrap();
+    let bytes = f.signed(nonce, vec![gpu]);
     let mut cfg = f.config(1);
     cfg.require_gpu_reports = false;
     let ar = Verifier::new(cfg)
@@ -819,10 +809,7 @@ fn gpu_whose_report_fails_does_not_count_toward_min_gpus() {
     let f = fx();
     let nonce = [0x5f; 32];
     let gpu = f.gpu_claims(&[0x01; 32]);
-    let bytes = Evidence::sign(f.claims(nonce, NOW, vec![gpu]), &f.node)
-        .unwrap()
-        .to_bytes()
-        .unwrap();
+    let bytes = f.signed(nonce, vec![gpu]);
     let ar = f
         .verifier(1)
         .appraise(&bytes, &nonce, NOW, &mut issued(nonce))
@@ -837,10 +824,7 @@ fn gpu_rim_mismatch_and_missing_rim() {
     let mut spec = f.report_spec(gpu_nonce(&nonce, UUID, &f.node.public_key()));
     spec.measurements[1].1 = vec![0x77; 48]; // block 2 = RIM index 1
     let gpu = f.gpu_claims_with(&spec);
-    let bytes = Evidence::sign(f.claims(nonce, NOW, vec![gpu]), &f.node)
-        .unwrap()
-        .to_bytes()
-        .unwrap();
+    let bytes = f.signed(nonce, vec![gpu]);
     let ar = f
         .verifier(1)
         .appraise(&bytes, &nonce, NOW, &mut issued(nonce))
@@ -862,10 +846,7 @@ fn gpu_claims_disagreeing_with_signed_report_fail() {
     let nonce = [0x58; 32];
     let mut gpu = f.gpu_claims(&nonce);
     gpu.driver_version = "999.99".into();
-    let bytes = Evidence::sign(f.claims(nonce, NOW, vec![gpu]), &f.node)
-        .unwrap()
-        .to_bytes()
-        .unwrap();
+    let bytes = f.signed(nonce, vec![gpu]);
     let ar = f
         .verifier(1)
         .appraise(&bytes, &nonce, NOW, &mut issued(nonce))
@@ -1074,10 +1055,7 @@ fn multi_gpu_evidence(
             f.gpu_claims_on(device, uuid, &f.report_spec(n))
         })
         .collect();
-    Evidence::sign(f.claims(nonce, NOW, gpus), &f.node)
-        .unwrap()
-        .to_bytes()
-        .unwrap()
+    f.signed(nonce, gpus)
 }
 
 #[test]
