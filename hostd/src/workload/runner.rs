@@ -693,6 +693,9 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
         let (would, quota) = match over {
             Ok(()) => return Ok(()),
             Err(ScratchError::OverQuota { would, quota, .. }) => (would, quota),
+            // A job re-adopted after a restart runs in scratch this hostd did not make (it
+            // does not re-adopt scratch): there is no quota of its to hold it to.
+            Err(ScratchError::UnknownLease { .. }) => return Ok(()),
             Err(e) => return Err(internal("counting a lease's scratch", e)),
         };
         warn!(lease = %lease, bytes = would, quota, "scratch over its quota: stopping the lease's jobs");
