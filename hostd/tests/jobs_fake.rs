@@ -551,3 +551,28 @@ async fn jobs_of_a_lease_over_its_scratch_quota_are_stopped_and_say_why() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
+
+/// The quota counts the job's output too, which systemd writes outside the scratch: a job
+/// printing past the lease's quota is stopped like one writing files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_output_passes_the_quota_is_stopped() {
+    let f = fixture().await;
+    let jobs = controller_with(&f, firewall(), 1 << 20).await;
+    let l = known_lease(&f, "lease-o");
+    let j = jobs.start(&l, job()).await.unwrap();
+    jobs.refresh().await.unwrap();
+    assert_eq!(jobs.get("lease-o", &j.id).unwrap().state, JobState::Running);
+    std::fs::write(jobs.log_path("lease-o", &j.id), vec![b'y'; 2 << 20]).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        jobs.refresh().await.unwrap();
+        let now = jobs.get("lease-o", &j.id).unwrap();
+        if now.state.is_final() {
+            assert_eq!(now.state, JobState::Killed);
+            assert_eq!(now.result.as_deref(), Some("scratch-quota"));
+            break;
+        }
+        assert!(Instant::now() < deadline, "the job was never stopped");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
