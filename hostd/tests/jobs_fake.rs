@@ -538,18 +538,7 @@ async fn jobs_of_a_lease_over_its_scratch_quota_are_stopped_and_say_why() {
     // The job writes past the lease's 1 MiB: hostd stops it at its next measurement.
     let dir = f.work.join("scratch").join("lease-q");
     std::fs::write(dir.join("big"), vec![7u8; 2 << 20]).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        jobs.refresh().await.unwrap();
-        let now = jobs.get("lease-q", &j.id).unwrap();
-        if now.state.is_final() {
-            assert_eq!(now.state, JobState::Killed);
-            assert_eq!(now.result.as_deref(), Some("scratch-quota"));
-            break;
-        }
-        assert!(Instant::now() < deadline, "the job was never stopped");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    stopped_for_quota(&jobs, "lease-q", &j.id).await;
 }
 
 /// The quota counts the job's output too, which systemd writes outside the scratch: a job
@@ -563,14 +552,19 @@ async fn a_job_whose_output_passes_the_quota_is_stopped() {
     jobs.refresh().await.unwrap();
     assert_eq!(jobs.get("lease-o", &j.id).unwrap().state, JobState::Running);
     std::fs::write(jobs.log_path("lease-o", &j.id), vec![b'y'; 2 << 20]).unwrap();
+    stopped_for_quota(&jobs, "lease-o", &j.id).await;
+}
+
+/// Refreshes until the job is stopped (bounded), and checks it was for the quota.
+async fn stopped_for_quota(jobs: &TestJobs, lease: &str, job: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         jobs.refresh().await.unwrap();
-        let now = jobs.get("lease-o", &j.id).unwrap();
+        let now = jobs.get(lease, job).unwrap();
         if now.state.is_final() {
             assert_eq!(now.state, JobState::Killed);
             assert_eq!(now.result.as_deref(), Some("scratch-quota"));
-            break;
+            return;
         }
         assert!(Instant::now() < deadline, "the job was never stopped");
         tokio::time::sleep(Duration::from_millis(500)).await;
