@@ -12,9 +12,10 @@
 //!
 //! Across records ([`RecordChecker`], in record order): a usage record must bill its lease's
 //! tenant (as the lease's first usage record names it), must not start before the end of an
-//! earlier interval of the same lease and GPU (that time would be billed twice), its `prev`
-//! must be that lease and GPU's previous usage record, and its `attestation` an attestation
-//! record. Each failure is a [`RecordProblem`].
+//! earlier interval of the same lease and GPU (that time would be billed twice), must not put
+//! its lease on its GPU over time another lease held that GPU (a GPU billed to two leases), its
+//! `prev` must be that lease and GPU's previous usage record, and its `attestation` an
+//! attestation record. Each failure is a [`RecordProblem`].
 
 use crate::money::amount_paise;
 use crate::record::{JobUsageRecord, Record, TransferRecord, RECORD_VERSION};
@@ -219,6 +220,14 @@ pub enum RecordProblem {
         /// Its `end`.
         earlier_end: String,
     },
+    /// A usage record would put its lease on its GPU over time that another lease held that
+    /// GPU: a leased GPU is exclusive, and a lease that released one never gets it back, so the
+    /// time from a lease's first interval on a GPU to its last is the lease's alone. The overlap
+    /// bills one GPU to two leases (two tenants, perhaps) for the same time, at least one of
+    /// them for time it did not hold it. (Boxed: the largest problem, and every check's
+    /// `Result` carries one.)
+    #[error("{0}")]
+    OverlapsOtherLease(Box<LeasesOverlap>),
     /// A usage record's `prev` is not the previous usage record of the same lease and GPU
     /// (`null` for the first): the node chains each GPU of a lease, so the record was copied
     /// from elsewhere, or records of the chain were removed or inserted.
@@ -243,6 +252,47 @@ pub enum RecordProblem {
         /// The `attestation` id the record claims.
         attestation: u64,
     },
+}
+
+/// The evidence of [`RecordProblem::OverlapsOtherLease`]: two leases' times on one GPU.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LeasesOverlap {
+    /// The record's `gpu_uuid`.
+    pub gpu_uuid: String,
+    /// The record's `lease`.
+    pub lease: String,
+    /// The start of the lease's time on the GPU with this record: the earliest `start` of its
+    /// records there that passed, and this one.
+    pub span_start: String,
+    /// The end of that time: the latest `end` among them.
+    pub span_end: String,
+    /// The other lease, whose time on the GPU that overlaps.
+    pub other_lease: String,
+    /// The earliest `start` of the other lease's records on the GPU that passed.
+    pub other_start: String,
+    /// The latest `end` among them.
+    pub other_end: String,
+    /// The other lease's first record on the GPU that passed.
+    pub other_first: u64,
+}
+
+impl std::fmt::Display for LeasesOverlap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "puts lease {} on GPU {} over {}..{}, across lease {}'s time on it, {}..{} (from \
+             record {}): a GPU is held by one lease at a time, so one of them is billed for time \
+             it did not hold it",
+            self.lease,
+            self.gpu_uuid,
+            self.span_start,
+            self.span_end,
+            self.other_lease,
+            self.other_start,
+            self.other_end,
+            self.other_first
+        )
+    }
 }
 
 /// A record id as a finding shows it, `null` for none (as in the record's JSON).
@@ -514,18 +564,33 @@ pub(crate) fn check_line(index: u64, line: &[u8]) -> LineCheck {
 /// and GPU (that time would be billed twice), and its `prev` must be the previous record of
 /// the chain (`null` for the first). Its `attestation` must name an attestation record.
 ///
-/// It remembers, per lease, its tenant and first record and, per GPU of the lease, the last
-/// record and the latest end; and the ids of the attestation records. Its memory grows with
-/// the number of leases and attestation records, never with the number of usage records.
+/// A leased GPU is exclusive, and a lease that released a GPU never gets it back, so a
+/// lease's time on a GPU, from the earliest start of its records there to the latest end,
+/// must not overlap another lease's time on it (touching at an instant is fine: one lease ends
+/// when the next starts). A gap in a lease's records is still its time: another lease's
+/// record there is a finding too. The finding is on the record that makes two times overlap;
+/// times are compared, not places in the log, since a lease's last record may be written after
+/// the next lease's first.
 ///
-/// Only records that pass every check name a lease's tenant and move the latest end on (a
-/// forged interval must not make the lease's later records overlaps). A usage record that
-/// fails its own checks is still a link of its chain, by the id it claims, so that a forged
-/// amount is one finding, not also one on the next record's `prev`; one that fails a check
-/// against the records before it (a copy under a new id, say) is not.
+/// It remembers, per lease, its tenant and first record and, per GPU of the lease, the last
+/// record, the latest end and the lease's time there; per GPU, those times of its leases,
+/// ordered by start (being disjoint, they are also ordered by end, so the one lease whose time
+/// could overlap a record's is found in `O(log n)`); and the ids of the attestation records.
+/// Its memory grows with the number of leases times their GPUs and with the attestation
+/// records, never with the number of usage records.
+///
+/// Only records that pass every check name a lease's tenant, move the latest end on and
+/// stretch the lease's time on the GPU (a forged interval must not make the lease's later
+/// records, or another lease's, overlaps). A usage record that fails its own checks is still
+/// a link of its chain, by the id it claims, so that a forged amount is one finding, not also
+/// one on the next record's `prev`; one that fails a check against the records before it (a
+/// copy under a new id, say) is not.
 #[derive(Debug, Default)]
 pub struct RecordChecker {
     leases: HashMap<String, LeaseSeen>,
+    /// Per GPU, each lease's time on it, by that lease: disjoint spans, so in the key's order
+    /// their ends never decrease.
+    gpus: HashMap<String, BTreeMap<Span, String>>,
     /// Sorted: ids are seen in increasing order.
     attestations: Vec<u64>,
 }
@@ -545,6 +610,37 @@ struct ChainEnd {
     last: u64,
     /// The latest `end` among its records (Unix ms), and the record that has it.
     latest_end: Option<(i64, u64)>,
+    /// The lease's time on the GPU.
+    span: Option<Span>,
+}
+
+/// A lease's time on a GPU: from the earliest `start` of its records there that passed to
+/// the latest `end` (Unix ms), and the first of those records. Ordered by start, then end,
+/// then record (the record keeps two empty spans at one instant apart).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Span {
+    start: i64,
+    end: i64,
+    first: u64,
+}
+
+impl Span {
+    /// `span` (`None`: the lease has no time on the GPU yet) stretched over `start..end`, the
+    /// interval of record `id`.
+    fn stretched(span: Option<Span>, id: u64, start: i64, end: i64) -> Span {
+        match span {
+            Some(s) => Span {
+                start: s.start.min(start),
+                end: s.end.max(end),
+                first: s.first,
+            },
+            None => Span {
+                start,
+                end,
+                first: id,
+            },
+        }
+    }
 }
 
 impl RecordChecker {
@@ -620,6 +716,22 @@ impl RecordChecker {
                 });
             }
         }
+        if let Some((start, end)) = u.interval {
+            let own = chain.and_then(|c| c.span);
+            let span = Span::stretched(own, u.id, start, end);
+            if let Some((other, other_lease)) = self.other_lease_across(&u.gpu_uuid, span, own) {
+                return Err(RecordProblem::OverlapsOtherLease(Box::new(LeasesOverlap {
+                    gpu_uuid: u.gpu_uuid.clone(),
+                    lease: u.lease.clone(),
+                    span_start: format_utc_ms(span.start),
+                    span_end: format_utc_ms(span.end),
+                    other_lease: other_lease.clone(),
+                    other_start: format_utc_ms(other.start),
+                    other_end: format_utc_ms(other.end),
+                    other_first: other.first,
+                })));
+            }
+        }
         let expected = chain.map(|c| c.last);
         if u.prev != expected {
             return Err(RecordProblem::PrevNotPrevious {
@@ -637,29 +749,65 @@ impl RecordChecker {
         Ok(())
     }
 
+    /// The time of another lease than the one whose time on `gpu` is `own` that overlaps
+    /// `span` there, and that lease, if any.
+    fn other_lease_across(
+        &self,
+        gpu: &str,
+        span: Span,
+        own: Option<Span>,
+    ) -> Option<(&Span, &String)> {
+        let spans = self.gpus.get(gpu)?;
+        // Of the times that start before `span` ends, the last ends latest (their ends never
+        // decrease), so it overlaps `span` if any does; the lease's own is skipped (at most one
+        // step more).
+        let before_end = Span {
+            start: span.end,
+            end: i64::MIN,
+            first: 0,
+        };
+        let (other, lease) = spans
+            .range(..before_end)
+            .rev()
+            .find(|(s, _)| Some(**s) != own)?;
+        (other.end > span.start).then_some((other, lease))
+    }
+
     /// `u` is the last link of its lease and GPU's chain; one that `passed` every check names
-    /// its lease's tenant if it is the lease's first, and moves the chain's latest end on.
+    /// its lease's tenant if it is the lease's first, moves the chain's latest end on and
+    /// stretches the lease's time on the GPU over its interval.
     fn note_usage(&mut self, u: UsageLine, passed: bool) {
         let lease = match self.leases.get_mut(&u.lease) {
             Some(l) => l,
-            None => self.leases.entry(u.lease).or_default(),
+            None => self.leases.entry(u.lease.clone()).or_default(),
         };
         if passed && lease.tenant.is_none() {
             lease.tenant = Some((u.tenant, u.id));
         }
         let chain = match lease.gpus.get_mut(&u.gpu_uuid) {
             Some(c) => c,
-            None => lease.gpus.entry(u.gpu_uuid).or_insert(ChainEnd {
+            None => lease.gpus.entry(u.gpu_uuid.clone()).or_insert(ChainEnd {
                 last: u.id,
                 latest_end: None,
+                span: None,
             }),
         };
         chain.last = chain.last.max(u.id);
-        if let (true, Some((_, end))) = (passed, u.interval) {
-            if chain.latest_end.is_none_or(|(latest, _)| end > latest) {
-                chain.latest_end = Some((end, u.id));
-            }
+        let (true, Some((start, end))) = (passed, u.interval) else {
+            return;
+        };
+        if chain.latest_end.is_none_or(|(latest, _)| end > latest) {
+            chain.latest_end = Some((end, u.id));
         }
+        let old = chain.span;
+        let span = Span::stretched(old, u.id, start, end);
+        chain.span = Some(span);
+        let spans = match self.gpus.get_mut(&u.gpu_uuid) {
+            Some(s) => s,
+            None => self.gpus.entry(u.gpu_uuid).or_default(),
+        };
+        let name = old.and_then(|o| spans.remove(&o)).unwrap_or(u.lease);
+        spans.insert(span, name);
     }
 }
 
@@ -1331,6 +1479,165 @@ mod tests {
         let a = &t.tenants["a"];
         assert_eq!((a.records, a.gpu_ms), (5, 5 * 3_600_000));
         assert_eq!((t.records, t.by_kind["attestation"]), (6, 1));
+    }
+
+    /// Usage record `u`, as line `u.id`, against the records given to `c` before it.
+    fn check_usage_record(
+        c: &mut RecordChecker,
+        t: &mut Totals,
+        u: &crate::record::UsageRecord,
+    ) -> Result<(), RecordProblem> {
+        c.check(u.id, &Record::Usage(u.clone()).to_leaf().unwrap(), t)
+    }
+
+    /// `HH:MM` of 2026-01-01, as RFC 3339 UTC.
+    fn at(hh_mm: &str) -> &'static str {
+        String::leak(format!("2026-01-01T{hh_mm}:00.000Z"))
+    }
+
+    /// Usage record `id` of tenant `t` on its lease `lease-<t>` and `gpu` over `from..to`
+    /// (`HH:MM` of 2026-01-01).
+    fn rec(
+        id: u64,
+        t: &str,
+        gpu: &str,
+        (from, to): (&str, &str),
+        prev: Option<u64>,
+    ) -> crate::record::UsageRecord {
+        let lease = format!("lease-{t}");
+        crate::testutil::usage_on(id, t, &lease, gpu, (at(from), at(to)), prev)
+    }
+
+    /// (1) Two leases billing one GPU for overlapping time: the second record is a finding
+    /// naming the other lease and its time on the GPU, and is not totalled.
+    #[test]
+    fn one_gpu_billed_to_two_leases_at_once_is_found() {
+        let (mut c, mut t) = (RecordChecker::new(), Totals::default());
+        let a = rec(0, "a", "GPU-1", ("08:00", "09:00"), None);
+        check_usage_record(&mut c, &mut t, &a).unwrap();
+        let b = rec(1, "b", "GPU-1", ("08:30", "09:00"), None);
+        let e = check_usage_record(&mut c, &mut t, &b).unwrap_err();
+        assert_eq!(
+            e,
+            RecordProblem::OverlapsOtherLease(Box::new(LeasesOverlap {
+                gpu_uuid: "GPU-1".into(),
+                lease: "lease-b".into(),
+                span_start: at("08:30").into(),
+                span_end: at("09:00").into(),
+                other_lease: "lease-a".into(),
+                other_start: at("08:00").into(),
+                other_end: at("09:00").into(),
+                other_first: 0,
+            }))
+        );
+        assert_eq!(
+            e.to_string(),
+            "puts lease lease-b on GPU GPU-1 over 2026-01-01T08:30:00.000Z..\
+             2026-01-01T09:00:00.000Z, across lease lease-a's time on it, \
+             2026-01-01T08:00:00.000Z..2026-01-01T09:00:00.000Z (from record 0): a GPU is held \
+             by one lease at a time, so one of them is billed for time it did not hold it"
+        );
+        // The whole of the other lease's time, the same; and an empty interval inside it.
+        for (id, (from, to)) in [(2, ("08:00", "09:00")), (3, ("08:10", "08:10"))] {
+            let b = rec(id, "b", "GPU-1", (from, to), None);
+            assert!(
+                matches!(
+                    check_usage_record(&mut c, &mut t, &b),
+                    Err(RecordProblem::OverlapsOtherLease(o)) if o.other_first == 0
+                ),
+                "{from}..{to}"
+            );
+        }
+        // Rejected, they gave lease-b no time on the GPU: its record from 09:00, when
+        // lease-a's ends, is counted.
+        let b = rec(4, "b", "GPU-1", ("09:00", "10:00"), None);
+        check_usage_record(&mut c, &mut t, &b).unwrap();
+        assert_eq!((t.tenants["a"].records, t.tenants["b"].records), (1, 1));
+        assert_eq!(t.tenants["b"].gpu_ms, 3_600_000);
+    }
+
+    /// (2) Two leases one after the other on a GPU are no finding, whatever the order of their
+    /// records in the log: lease-b's 10:00 record is written before lease-a's last, and
+    /// lease-c's times touch both.
+    #[test]
+    fn leases_one_after_another_on_a_gpu_are_no_finding() {
+        let (mut c, mut t) = (RecordChecker::new(), Totals::default());
+        for u in [
+            rec(0, "a", "GPU-1", ("07:00", "08:00"), None),
+            rec(1, "b", "GPU-1", ("10:00", "11:00"), None),
+            rec(2, "a", "GPU-1", ("08:00", "09:00"), Some(0)),
+            rec(3, "c", "GPU-1", ("09:00", "09:30"), None),
+            rec(4, "c", "GPU-1", ("09:30", "10:00"), Some(3)),
+            rec(5, "b", "GPU-1", ("11:00", "12:00"), Some(1)),
+            // An empty interval at the instant one lease hands over to the next.
+            rec(6, "d", "GPU-1", ("12:00", "12:00"), None),
+            rec(7, "e", "GPU-1", ("12:00", "12:00"), None),
+        ] {
+            check_usage_record(&mut c, &mut t, &u).unwrap_or_else(|e| panic!("{}: {e}", u.id));
+        }
+        assert_eq!(t.by_kind["usage"], 8);
+    }
+
+    /// (3) A lease's time on a GPU runs from its first record there to its last: a later record
+    /// that would stretch it over another lease's time is a finding (the lease got the GPU back
+    /// after another held it), and stretches nothing.
+    #[test]
+    fn a_lease_does_not_get_a_gpu_back() {
+        let (mut c, mut t) = (RecordChecker::new(), Totals::default());
+        let a = rec(0, "a", "GPU-1", ("08:00", "09:00"), None);
+        check_usage_record(&mut c, &mut t, &a).unwrap();
+        let b = rec(1, "b", "GPU-1", ("09:00", "10:00"), None);
+        check_usage_record(&mut c, &mut t, &b).unwrap();
+        let back = rec(2, "a", "GPU-1", ("10:00", "11:00"), Some(0));
+        let e = check_usage_record(&mut c, &mut t, &back).unwrap_err();
+        assert_eq!(
+            e,
+            RecordProblem::OverlapsOtherLease(Box::new(LeasesOverlap {
+                gpu_uuid: "GPU-1".into(),
+                lease: "lease-a".into(),
+                span_start: at("08:00").into(),
+                span_end: at("11:00").into(),
+                other_lease: "lease-b".into(),
+                other_start: at("09:00").into(),
+                other_end: at("10:00").into(),
+                other_first: 1,
+            }))
+        );
+        // Not counted, and lease-a's time still ends at 09:00: lease-c may have 10:00.
+        assert_eq!(t.tenants["a"].records, 1);
+        let c10 = rec(3, "c", "GPU-1", ("10:00", "11:00"), None);
+        check_usage_record(&mut c, &mut t, &c10).unwrap();
+        // The same with the log in another order: lease-b's record comes last, inside
+        // lease-a's time (a gap between two of its records).
+        let (mut c, mut t) = (RecordChecker::new(), Totals::default());
+        for u in [
+            rec(0, "a", "GPU-1", ("08:00", "09:00"), None),
+            rec(1, "a", "GPU-1", ("10:00", "11:00"), Some(0)),
+        ] {
+            check_usage_record(&mut c, &mut t, &u).unwrap();
+        }
+        let b = rec(2, "b", "GPU-1", ("09:00", "10:00"), None);
+        assert!(matches!(
+            check_usage_record(&mut c, &mut t, &b),
+            Err(RecordProblem::OverlapsOtherLease(o))
+                if o.other_first == 0 && o.other_end == at("11:00")
+        ));
+        assert!(!t.tenants.contains_key("b"));
+    }
+
+    /// (4) Leases on different GPUs at the same time are no finding.
+    #[test]
+    fn leases_on_other_gpus_at_the_same_time_are_no_finding() {
+        let (mut c, mut t) = (RecordChecker::new(), Totals::default());
+        for u in [
+            rec(0, "a", "GPU-1", ("08:00", "09:00"), None),
+            rec(1, "b", "GPU-2", ("08:00", "09:00"), None),
+            rec(2, "b", "GPU-3", ("08:30", "09:00"), None),
+            rec(3, "a", "GPU-1", ("09:00", "10:00"), Some(0)),
+        ] {
+            check_usage_record(&mut c, &mut t, &u).unwrap_or_else(|e| panic!("{}: {e}", u.id));
+        }
+        assert_eq!((t.tenants["a"].records, t.tenants["b"].records), (2, 2));
     }
 
     /// A record that fails its own checks still moves its chain on: one forged amount is one

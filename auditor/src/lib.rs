@@ -40,7 +40,8 @@
 //! 5. **the records**: one streaming pass over `records.jsonl` ([`stream`]) recomputes the
 //!    RFC 6962 root at every size of interest, checks every line on its own and against the
 //!    records before it ([`check`]: one tenant per lease, no GPU time of a lease billed twice,
-//!    `prev` and `attestation` references) and totals the usage that passes per tenant.
+//!    no GPU billed to two leases for the same time, `prev` and `attestation` references) and
+//!    totals the usage that passes per tenant.
 //!
 //! Everything found is a typed [`finding::Finding`] (or [`finding::Warning`]) carrying its evidence (sizes, computed and
 //! signed roots, record index, file); its `Display` is the message `sovctl audit verify`

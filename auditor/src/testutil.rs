@@ -152,20 +152,22 @@ pub(crate) fn transfer(id: u64, direction: &str, decision: &str, bytes: u64) -> 
     })
 }
 
-/// `n` usage records, tenants `a`, `b`, `c` in turn (each on its lease, chained by `prev`),
-/// one minute at ₹250/h each.
+/// `n` usage records, tenants `a`, `b`, `c` in turn (each on its lease and its own GPU, a
+/// leased GPU being exclusive, chained by `prev`), one minute at ₹250/h each.
 pub(crate) fn leaves(n: u64) -> Vec<Vec<u8>> {
     (0..n)
         .map(|i| {
-            usage_after(
+            let mut r = usage_after(
                 i,
                 ["a", "b", "c"][i as usize % 3],
                 60_000,
                 25_000,
                 i.checked_sub(3),
-            )
-            .to_leaf()
-            .unwrap()
+            );
+            if let Record::Usage(u) = &mut r {
+                u.gpu_uuid = format!("GPU-0b8c1a52-0000-4000-8000-00000000000{}", i % 3 + 1);
+            }
+            r.to_leaf().unwrap()
         })
         .collect()
 }

@@ -36,7 +36,8 @@ fn open_db(dir: &Path) -> sled::Db {
 const LEASES: u64 = 101;
 
 /// A realistic usage record (about 480 bytes of JSON) that passes the audit's checks: each
-/// lease's records are a chain (`prev`) of intervals in successive hours, on one GPU.
+/// lease's records are a chain (`prev`) of intervals in successive hours, on its own GPU (a
+/// leased GPU is exclusive).
 fn record(id: u64) -> Vec<u8> {
     let lease = id % LEASES;
     let tenant = format!("tenant-{:02}", lease % 17);
@@ -50,7 +51,7 @@ fn record(id: u64) -> Vec<u8> {
         node: "bench-node".into(),
         tenant: tenant.clone(),
         lease: format!("{tenant}-lease-{lease}"),
-        gpu_uuid: format!("GPU-5a3e2f10-8c41-4b7e-9d2a-{:012x}", lease % 8),
+        gpu_uuid: format!("GPU-5a3e2f10-8c41-4b7e-9d2a-{lease:012x}"),
         gpu_model: "NVIDIA H100 80GB HBM3".into(),
         start: hostd::clock::rfc3339_ms(start),
         end: hostd::clock::rfc3339_ms(end),

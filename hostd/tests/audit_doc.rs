@@ -20,6 +20,8 @@ fn example_signer() -> NoteSigner {
     NoteSigner::from_seed("node-1.example/usage", &[0x11; 32]).unwrap()
 }
 
+/// Record `id` of `lease`, the hour from 10:00 + `id`; each lease on its own GPU (a leased
+/// GPU is exclusive: the audit refuses one billed to two leases at once).
 fn example_record(id: u64, tenant: &str, lease: &str, prev: Option<u64>) -> Vec<u8> {
     let gpu_ms = 3_600_000;
     let rate = 25_000;
@@ -29,7 +31,10 @@ fn example_record(id: u64, tenant: &str, lease: &str, prev: Option<u64>) -> Vec<
         node: "node-1.example".into(),
         tenant: tenant.into(),
         lease: lease.into(),
-        gpu_uuid: "GPU-5a3e2f10-8c41-4b7e-9d2a-1f0c3b4d5e6f".into(),
+        gpu_uuid: match lease {
+            "lease-7" => "GPU-5a3e2f10-8c41-4b7e-9d2a-1f0c3b4d5e6f".into(),
+            _ => "GPU-5a3e2f10-8c41-4b7e-9d2a-1f0c3b4d5e70".into(),
+        },
         gpu_model: "NVIDIA H100 80GB HBM3".into(),
         start: format!("2026-03-01T{:02}:00:00.000Z", 10 + id),
         end: format!("2026-03-01T{:02}:00:00.000Z", 11 + id),

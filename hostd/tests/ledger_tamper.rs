@@ -21,7 +21,9 @@ fn signer() -> NoteSigner {
     NoteSigner::from_seed(ORIGIN, &[5; 32]).unwrap()
 }
 
-/// Record `id` starts at hour `id` from 2026-03-01 and lasts `gpu_ms`, as a node cuts it.
+/// Record `id` starts at hour `id` from 2026-03-01 and lasts `gpu_ms`, as a node cuts it, on
+/// the lease's own GPU (a leased GPU is exclusive: the audit refuses one billed to two leases
+/// at once).
 fn usage(id: u64, tenant: &str, lease: &str, gpu_ms: u64, rate: u64, prev: Option<u64>) -> Vec<u8> {
     let start = hostd::clock::parse_time_ms("2026-03-01T00:00:00.000Z").unwrap()
         + i64::try_from(id * HOUR_MS).unwrap();
@@ -32,7 +34,10 @@ fn usage(id: u64, tenant: &str, lease: &str, gpu_ms: u64, rate: u64, prev: Optio
         node: "node-7".into(),
         tenant: tenant.into(),
         lease: lease.into(),
-        gpu_uuid: "GPU-5a3e2f10-8c41-4b7e-9d2a-1f0c3b4d5e6f".into(),
+        gpu_uuid: match lease {
+            "lease-a" => "GPU-5a3e2f10-8c41-4b7e-9d2a-1f0c3b4d5e6f".into(),
+            _ => "GPU-5a3e2f10-8c41-4b7e-9d2a-1f0c3b4d5e70".into(),
+        },
         gpu_model: "NVIDIA H100 80GB HBM3".into(),
         start: hostd::clock::rfc3339_ms(start),
         end: hostd::clock::rfc3339_ms(end),
@@ -51,8 +56,8 @@ fn usage(id: u64, tenant: &str, lease: &str, gpu_ms: u64, rate: u64, prev: Optio
     .unwrap()
 }
 
-/// 40 hours of one H100 for `acme` at ₹250/h interleaved with 10 half-hours for `beta`
-/// at ₹100/h: 50 records.
+/// 40 hours of one H100 for `acme` at ₹250/h interleaved with 10 half-hours of another for
+/// `beta` at ₹100/h: 50 records.
 fn records() -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     let (mut prev_a, mut prev_b) = (None, None);

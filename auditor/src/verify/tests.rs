@@ -182,6 +182,59 @@ fn a_double_charge_is_found_and_not_totalled() {
     assert_eq!(json["problem"]["earlier"], 4);
 }
 
+/// A node that bills one GPU to a second lease while the first holds it signs that record
+/// like any other: only the checks across records see it. It is a finding naming the other
+/// lease and its time on the GPU, and it is not totalled.
+#[test]
+fn a_gpu_billed_to_two_leases_is_found_and_not_totalled() {
+    let mut leaves = leaves(6);
+    // Lease-a has GPU …0001 from record 0 (00:00) to record 3 (03:01); lease-d bills it at
+    // 01:00.
+    let d = usage_on(
+        6,
+        "d",
+        "lease-d",
+        "GPU-0b8c1a52-0000-4000-8000-000000000001",
+        ("2026-01-01T01:00:00.000Z", "2026-01-01T01:01:00.000Z"),
+        None,
+    );
+    leaves.push(crate::record::Record::Usage(d).to_leaf().unwrap());
+    let f = Fx::of_leaves(leaves, &[6]);
+    let r = f.run().unwrap();
+    assert_eq!(r.receipts_verified, 1, "the node signed it");
+    assert_eq!(r.problems.len(), 1, "{:#?}", r.problems);
+    assert!(
+        matches!(
+            &r.problems[0],
+            Finding::BadRecord {
+                index: 6,
+                problem: RecordProblem::OverlapsOtherLease(o)
+            } if o.other_first == 0 && o.other_lease == "lease-a"
+        ),
+        "{:?}",
+        r.problems
+    );
+    assert!(
+        r.problems[0].to_string().starts_with(
+            "record 6: puts lease lease-d on GPU GPU-0b8c1a52-0000-4000-8000-000000000001 over \
+             2026-01-01T01:00:00.000Z..2026-01-01T01:01:00.000Z, across lease lease-a's time on \
+             it, 2026-01-01T00:00:00.000Z..2026-01-01T03:01:00.000Z (from record 0)"
+        ),
+        "{}",
+        r.problems[0]
+    );
+    assert_eq!(r.totals.records, 6);
+    assert!(
+        !r.totals.tenants.contains_key("d"),
+        "{:?}",
+        r.totals.tenants
+    );
+    let json = serde_json::to_value(&r.problems[0]).unwrap();
+    assert_eq!(json["problem"]["problem"], "overlaps-other-lease");
+    assert_eq!(json["problem"]["other_lease"], "lease-a");
+    assert_eq!(json["problem"]["other_end"], "2026-01-01T03:01:00.000Z");
+}
+
 #[test]
 fn more_invalid_records() {
     let f = Fx::new(25, &[]);
