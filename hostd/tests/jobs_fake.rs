@@ -551,7 +551,11 @@ async fn a_job_whose_output_passes_the_quota_is_stopped() {
     let j = jobs.start(&l, job()).await.unwrap();
     jobs.refresh().await.unwrap();
     assert_eq!(jobs.get("lease-o", &j.id).unwrap().state, JobState::Running);
-    std::fs::write(jobs.log_path("lease-o", &j.id), vec![b'y'; 2 << 20]).unwrap();
+    std::fs::write(
+        jobs.log_path("lease-o", &j.id).unwrap(),
+        vec![b'y'; 2 << 20],
+    )
+    .unwrap();
     stopped_for_quota(&jobs, "lease-o", &j.id).await;
 }
 

@@ -106,12 +106,15 @@ pub(super) async fn job_logs(
     let lease = lease_for(&node, &p, id, false).await?;
     let jobs = w.jobs()?.clone();
     jobs.get(&lease.id, &job)?;
+    let path = jobs.log_path(&lease.id, &job)?;
     let what = format!("output of job {job}");
     let client = files::client_ip(peer);
     let decision = files::decide_download(&node, &lease, &what, client).await?;
     let transfer = files::Transfer::new(&node, &lease, what, "out", client, decision);
     let (tx, mut rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(4);
-    tokio::spawn(stream_log(jobs, lease.id, job, q.follow, tx, transfer));
+    tokio::spawn(stream_log(
+        jobs, lease.id, job, path, q.follow, tx, transfer,
+    ));
     let body = Body::from_stream(futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)));
     Ok(([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response())
 }
@@ -126,11 +129,11 @@ async fn stream_log(
     jobs: Arc<NodeJobs>,
     lease: String,
     job: String,
+    path: std::path::PathBuf,
     follow: bool,
     tx: tokio::sync::mpsc::Sender<std::io::Result<Bytes>>,
     mut transfer: files::Transfer,
 ) {
-    let path = jobs.log_path(&lease, &job);
     let mut offset = 0u64;
     loop {
         // Read the state first: output written before the job ended is then read below.

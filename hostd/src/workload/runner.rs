@@ -40,8 +40,8 @@ use tracing::{info, warn};
 /// Where jobs' files live and which device nodes exist.
 #[derive(Debug, Clone)]
 pub struct Paths {
-    /// Job logs, `<work>/logs/<lease>/<job>.log`, and each lease's `resolv.conf`,
-    /// `<work>/net/<lease>/`. Scratch is wherever the [`Scratch`] keeps it.
+    /// Each lease's `resolv.conf`, `<work>/net/<lease>/`. Scratch and job logs are wherever
+    /// the [`Scratch`] keeps them, under the lease's key.
     pub work: PathBuf,
     /// The root of the system systemd runs jobs in, where device nodes (`/dev/nvidia0`),
     /// programs and user records (`/run/userdb`) are: `/` on a node, the container's root in
@@ -124,9 +124,8 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
                 uids.restore(&lease, uid);
             }
         }
-        // Jobs' uids must traverse to their scratch; logs are root's.
+        // Jobs' uids must traverse to their scratch.
         create_dir(&paths.work, 0o711)?;
-        create_dir(&paths.work.join("logs"), 0o700)?;
         create_dir(&paths.work.join("net"), 0o755)?;
         let uvm = devices::uvm_major(Path::new("/proc/devices")).map(|_| "/dev/nvidia-uvm".into());
         #[cfg(feature = "dev")]
@@ -502,7 +501,8 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
                 other => return other,
             }
             if let Some(left) = s.leftovers()?.into_iter().find(|x| x.lease == l) {
-                if left.unlocked {
+                // A leftover of only job logs (its scratch deleted by hand) is made anew.
+                if left.unlocked && left.path.is_dir() {
                     return Ok(left.path);
                 }
                 s.erase_leftover(&l)?;
@@ -568,19 +568,23 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
         }
     }
 
+    /// Where job `job` of `lease` will write its output: in the lease's logs folder, made
+    /// (encrypted under the lease's key) if this is its first job.
     fn log_file(&self, lease: &str, job: &str) -> Result<PathBuf, NodeError> {
-        let dir = self.paths.work.join("logs").join(lease);
-        create_private_dir(&dir)?;
+        let dir = self
+            .scratch
+            .logs(lease)
+            .map_err(|e| internal("preparing the lease's job logs", e))?;
         Ok(dir.join(format!("{job}.log")))
     }
 
     /// Where job `job` of `lease` writes its output.
-    pub fn log_path(&self, lease: &str, job: &str) -> PathBuf {
-        self.paths
-            .work
-            .join("logs")
-            .join(lease)
-            .join(format!("{job}.log"))
+    pub fn log_path(&self, lease: &str, job: &str) -> Result<PathBuf, NodeError> {
+        let dir = self
+            .scratch
+            .logs_path(lease)
+            .map_err(|e| internal("finding the lease's job logs", e))?;
+        Ok(dir.join(format!("{job}.log")))
     }
 
     /// The jobs of `lease`, oldest first.
@@ -681,13 +685,12 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
         Ok(())
     }
 
-    /// The quota covers the scratch and the lease's job logs, which its jobs' output fills
-    /// outside the scratch: a job printing without end would otherwise fill the work disk.
+    /// The quota covers the scratch and the lease's job logs (as [`Scratch::bytes_used`]
+    /// counts): a job printing without end would otherwise fill the scratch volume.
     async fn enforce_quota(&self, lease: &str) -> Result<(), NodeError> {
         let s = self.scratch.clone();
         let l = lease.to_owned();
-        let logs = self.paths.work.join("logs").join(lease);
-        let over = tokio::task::spawn_blocking(move || s.check_quota(&l, logs_bytes(&logs)?))
+        let over = tokio::task::spawn_blocking(move || s.check_quota(&l, 0))
             .await
             .map_err(|e| internal("checking a scratch quota", e))?;
         let (would, quota) = match over {
@@ -1014,28 +1017,12 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
     }
 
     fn erase_lease_files(&self, lease: &str) -> Result<(), NodeError> {
-        for dir in ["net", "logs"] {
-            let path = self.paths.work.join(dir).join(lease);
-            match std::fs::remove_dir_all(&path) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(internal("erasing a lease's job files", e)),
-            }
+        let path = self.paths.work.join("net").join(lease);
+        match std::fs::remove_dir_all(&path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(internal("erasing a lease's job files", e)),
         }
-        Ok(())
-    }
-}
-
-/// Bytes of a lease's job logs (none yet: 0).
-fn logs_bytes(dir: &Path) -> Result<u64, ScratchError> {
-    match std::fs::symlink_metadata(dir) {
-        Ok(_) => super::scratch::tree_bytes(dir),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
-        Err(source) => Err(ScratchError::Io {
-            what: "stat",
-            path: dir.to_owned(),
-            source,
-        }),
     }
 }
 
@@ -1188,10 +1175,6 @@ fn device_allow(props: &[(&'static str, PropertyValue)]) -> Vec<(String, String)
             _ => None,
         })
         .unwrap_or_default()
-}
-
-fn create_private_dir(dir: &Path) -> Result<(), NodeError> {
-    create_dir(dir, 0o700)
 }
 
 /// Creates `dir` (and its parents) and sets its mode, also when it existed.

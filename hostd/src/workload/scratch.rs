@@ -8,6 +8,12 @@
 //! ciphertext under a key that no longer exists anywhere: a crypto-erase, not just `rm`.
 //! Sizes and times are not encrypted.
 //!
+//! Job logs: a job's output is the tenant's data as much as its files are, so it is kept
+//! under the same key, in `<root>/.logs/<lease>` ([`Scratch::logs`]): beside the scratch
+//! rather than in it, because the lease's uid owns its scratch directory and could swap a
+//! folder there for a symlink to a file of the node's, which systemd (root) would then append
+//! to. `.logs` is no lease id, so it is never taken for a lease's scratch.
+//!
 //! Restarts: the kernel keeps keys until they are removed or the filesystem is unmounted, not
 //! as long as hostd runs, and hostd never writes a key down. So after a hostd restart an old
 //! lease directory is still readable until the next reboot/unmount, but hostd can neither
@@ -49,6 +55,9 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 /// Longest lease id accepted as a directory name (well under NAME_MAX even once encrypted
 /// names are padded and encoded).
 pub const MAX_LEASE_LEN: usize = 64;
+
+/// The folder under the scratch root that holds each lease's job logs (see the module doc).
+pub const LOGS_DIR: &str = ".logs";
 
 /// Why scratch could not be made, measured or erased. Messages are for the operator's log.
 #[derive(Debug, thiserror::Error)]
@@ -126,8 +135,18 @@ pub trait Scratch: Send + Sync {
     /// Where `lease`'s scratch is.
     fn path(&self, lease: &str) -> Result<PathBuf, ScratchError>;
 
-    /// Bytes `lease`'s scratch uses: per regular file, the larger of its size and its
-    /// allocated blocks (sparse files and block rounding both count); symlinks not followed.
+    /// Where `lease`'s job logs are (see [`Scratch::logs`]): only the id is checked, so that
+    /// logs can be read whatever made them.
+    fn logs_path(&self, lease: &str) -> Result<PathBuf, ScratchError>;
+
+    /// `lease`'s folder for its jobs' output, made if missing: root's, mode 0700, encrypted
+    /// under the key of the lease's scratch, which must exist (made by this hostd, or left by
+    /// an earlier one with its key still in the kernel). It is erased with the scratch.
+    fn logs(&self, lease: &str) -> Result<PathBuf, ScratchError>;
+
+    /// Bytes `lease`'s scratch and job logs use: per regular file, the larger of its size and
+    /// its allocated blocks (sparse files and block rounding both count); symlinks not
+    /// followed.
     fn bytes_used(&self, lease: &str) -> Result<u64, ScratchError>;
 
     /// The quota given at [`Scratch::create`].
@@ -148,8 +167,8 @@ pub trait Scratch: Send + Sync {
         Ok(())
     }
 
-    /// Crypto-erases `lease`'s scratch: removes its key from the kernel, then deletes the
-    /// tree (never following symlinks). Retrying after a failure is safe.
+    /// Crypto-erases `lease`'s scratch and job logs: removes its key from the kernel, then
+    /// deletes the trees (never following symlinks). Retrying after a failure is safe.
     fn erase(&self, lease: &str) -> Result<Erased, ScratchError>;
 
     /// Lease directories under the root that this hostd did not create (see the module doc).
@@ -188,6 +207,52 @@ pub(crate) fn tree_bytes(dir: &Path) -> Result<u64, ScratchError> {
 /// time (see [`tree`]); already gone is fine.
 pub(crate) fn delete_tree(dir: &Path) -> Result<(), ScratchError> {
     tree::delete(dir).map_err(tree_err("delete", dir))
+}
+
+/// [`tree_bytes`] of each of `dirs` that exists, added.
+pub(crate) fn trees_bytes(dirs: &[PathBuf]) -> Result<u64, ScratchError> {
+    let mut total = 0u64;
+    for dir in dirs {
+        match fs::symlink_metadata(dir) {
+            Ok(_) => total = total.saturating_add(tree_bytes(dir)?),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err("stat", dir)(e)),
+        }
+    }
+    Ok(total)
+}
+
+/// `<root>/.logs/<lease>`, for a valid lease id.
+pub(crate) fn logs_dir(root: &Path, lease: &str) -> Result<PathBuf, ScratchError> {
+    validate_lease(lease)?;
+    Ok(root.join(LOGS_DIR).join(lease))
+}
+
+/// Makes `dir` (root's, 0700) unless it exists.
+pub(crate) fn private_dir(dir: &Path) -> Result<(), ScratchError> {
+    match fs::DirBuilder::new().mode(0o700).create(dir) {
+        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(io_err("create", dir)(e)),
+        _ => Ok(()),
+    }
+}
+
+/// Lease ids with a scratch or a logs folder under `root` that `is_live` does not claim,
+/// each once, sorted.
+pub(crate) fn unclaimed_leases(
+    root: &Path,
+    is_live: impl Fn(&str) -> bool,
+) -> Result<Vec<String>, ScratchError> {
+    let mut names: Vec<String> = unclaimed_dirs(root, &is_live)?
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    let logs = root.join(LOGS_DIR);
+    if fs::symlink_metadata(&logs).is_ok_and(|m| m.is_dir()) {
+        names.extend(unclaimed_dirs(&logs, &is_live)?.into_iter().map(|(n, _)| n));
+    }
+    names.sort();
+    names.dedup();
+    Ok(names)
 }
 
 fn tree_err(what: &'static str, path: &Path) -> impl FnOnce(tree::TreeError) -> ScratchError {
@@ -314,25 +379,28 @@ impl Fscrypt {
         }
     }
 
-    /// Removes `key` if present, deletes `dir`, and retries a removal that found files busy
+    /// The lease's two folders: its job logs and its scratch.
+    fn lease_dirs(&self, lease: &str) -> Result<[PathBuf; 2], ScratchError> {
+        Ok([logs_dir(&self.root, lease)?, self.root.join(lease)])
+    }
+
+    /// Removes `key` if present, deletes `dirs`, and retries a removal that found files busy
     /// (deleting may have released them).
     fn crypto_erase(
         &self,
         lease: &str,
-        dir: &Path,
+        dirs: &[PathBuf],
         key: Option<KeyIdentifier>,
     ) -> Result<Erased, ScratchError> {
         // Missing already (a retry after the delete, or removed by hand): nothing to count.
-        let bytes = match fs::symlink_metadata(dir) {
-            Ok(_) => tree_bytes(dir)?,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
-            Err(e) => return Err(io_err("stat", dir)(e)),
-        };
+        let bytes = trees_bytes(dirs)?;
         let first = match &key {
             Some(k) => self.remove_key(lease, k)?,
             None => Removal::default(),
         };
-        delete_tree(dir)?;
+        for dir in dirs {
+            delete_tree(dir)?;
+        }
         let files_busy = match (&key, first.files_busy) {
             (Some(k), true) => self.remove_key(lease, k)?.files_busy,
             _ => false,
@@ -374,8 +442,34 @@ impl Scratch for Fscrypt {
         self.entry(lease).map(|_| self.root.join(lease))
     }
 
+    fn logs_path(&self, lease: &str) -> Result<PathBuf, ScratchError> {
+        logs_dir(&self.root, lease)
+    }
+
+    fn logs(&self, lease: &str) -> Result<PathBuf, ScratchError> {
+        let dir = logs_dir(&self.root, lease)?;
+        if fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) {
+            return Ok(dir);
+        }
+        let key = match self.entry(lease) {
+            Ok(e) => e.key,
+            Err(ScratchError::UnknownLease { .. }) => self
+                .leftover_key(lease, &self.root.join(lease))?
+                .ok_or_else(|| ScratchError::UnknownLease {
+                    lease: lease.to_owned(),
+                })?,
+            Err(e) => return Err(e),
+        };
+        private_dir(&self.root.join(LOGS_DIR))?;
+        match Self::make_encrypted_dir(&dir, &key, lease) {
+            Err(ScratchError::Exists { .. }) if dir.is_dir() => Ok(dir),
+            other => other.map(|()| dir),
+        }
+    }
+
     fn bytes_used(&self, lease: &str) -> Result<u64, ScratchError> {
-        tree_bytes(&self.path(lease)?)
+        self.entry(lease)?;
+        trees_bytes(&self.lease_dirs(lease)?)
     }
 
     fn quota(&self, lease: &str) -> Result<u64, ScratchError> {
@@ -384,7 +478,7 @@ impl Scratch for Fscrypt {
 
     fn erase(&self, lease: &str) -> Result<Erased, ScratchError> {
         let entry = self.entry(lease)?;
-        let erased = self.crypto_erase(lease, &self.root.join(lease), Some(entry.key))?;
+        let erased = self.crypto_erase(lease, &self.lease_dirs(lease)?, Some(entry.key))?;
         self.leases().remove(lease);
         tracing::info!(
             lease,
@@ -397,11 +491,12 @@ impl Scratch for Fscrypt {
 
     fn leftovers(&self) -> Result<Vec<Leftover>, ScratchError> {
         let live: Vec<String> = self.leases().keys().cloned().collect();
-        let dirs = unclaimed_dirs(&self.root, |name| live.iter().any(|l| l == name))?;
+        let leases = unclaimed_leases(&self.root, |name| live.iter().any(|l| l == name))?;
         let root = self.root_fd()?;
-        let mut out = Vec::with_capacity(dirs.len());
-        for (lease, path) in dirs {
-            let key = self.leftover_key(&lease, &path)?;
+        let mut out = Vec::with_capacity(leases.len());
+        for lease in leases {
+            let path = self.root.join(&lease);
+            let key = self.leftover_key_of(&lease)?;
             let unlocked = match key {
                 Some(k) => {
                     fscrypt::key_status(&root, &k).map_err(Self::fscrypt_err(&lease))?
@@ -425,20 +520,17 @@ impl Scratch for Fscrypt {
                 lease: lease.to_owned(),
             });
         }
-        let dir = self.root.join(lease);
-        let meta = fs::symlink_metadata(&dir).map_err(|source| match source.kind() {
-            io::ErrorKind::NotFound => ScratchError::UnknownLease {
-                lease: lease.to_owned(),
-            },
-            _ => io_err("stat", &dir)(source),
-        })?;
-        if !meta.is_dir() {
+        let dirs = self.lease_dirs(lease)?;
+        if !dirs
+            .iter()
+            .any(|d| fs::symlink_metadata(d).is_ok_and(|m| m.is_dir()))
+        {
             return Err(ScratchError::UnknownLease {
                 lease: lease.to_owned(),
             });
         }
-        let key = self.leftover_key(lease, &dir)?;
-        let erased = self.crypto_erase(lease, &dir, key)?;
+        let key = self.leftover_key_of(lease)?;
+        let erased = self.crypto_erase(lease, &dirs, key)?;
         tracing::info!(
             lease,
             bytes = erased.bytes,
@@ -462,6 +554,16 @@ impl Fscrypt {
         let removed = self.remove_key(lease, key);
         if let Err(e) = deleted.and(removed.map(drop)) {
             tracing::warn!(lease, error = %report(&e), "could not undo a failed scratch create");
+        }
+    }
+
+    /// The key identifier of a leftover lease: its scratch's policy, or its logs folder's
+    /// where the scratch is gone (`None`: not encrypted).
+    fn leftover_key_of(&self, lease: &str) -> Result<Option<KeyIdentifier>, ScratchError> {
+        let [logs, scratch] = self.lease_dirs(lease)?;
+        match fs::symlink_metadata(&scratch) {
+            Ok(m) if m.is_dir() => self.leftover_key(lease, &scratch),
+            _ => self.leftover_key(lease, &logs),
         }
     }
 
@@ -726,6 +828,76 @@ mod tests {
         assert_eq!(s.leftovers().unwrap(), vec![]);
     }
 
+    /// A job's output is the tenant's data: its logs folder is under the lease's key, counts
+    /// towards the quota, and is crypto-erased with the scratch.
+    #[test]
+    fn job_logs_are_encrypted_counted_and_erased_with_the_scratch() {
+        let Some(vol) = TestVolume::new() else { return };
+        let s = vol.scratch();
+        assert!(matches!(
+            s.logs("none-yet"),
+            Err(ScratchError::Io { .. } | ScratchError::UnknownLease { .. })
+        ));
+        let dir = s.create("out", 1 << 20).unwrap();
+        write(&dir.join("data"), 4096);
+        let logs = s.logs("out").unwrap();
+        assert_eq!(logs, s.logs_path("out").unwrap());
+        assert_eq!(s.logs("out").unwrap(), logs, "made once, then found");
+        write(&logs.join("job.log"), 2 * 4096);
+        let key = key_of(&s, "out");
+        let policy = fscrypt::policy_identifier(File::open(&logs).unwrap()).unwrap();
+        assert_eq!(policy, Some(key), "the logs are under the lease's key");
+        assert_eq!(fs::metadata(&logs).unwrap().mode() & 0o777, 0o700);
+        assert_eq!(s.bytes_used("out").unwrap(), 3 * 4096);
+        assert!(matches!(
+            s.check_quota("out", (1 << 20) - 3 * 4096 + 1),
+            Err(ScratchError::OverQuota { .. })
+        ));
+
+        assert_eq!(s.erase("out").unwrap().bytes, 3 * 4096);
+
+        assert_eq!(status(&s, &key), KeyStatus::Absent);
+        assert!(!logs.exists() && !dir.exists());
+        assert!(s.root.join(LOGS_DIR).is_dir(), "the shared folder stays");
+    }
+
+    /// After a restart a lease's logs are found with its scratch: made again under the
+    /// leftover's key while it is still in the kernel, erased with it, and a logs folder whose
+    /// scratch is gone is still a leftover to erase.
+    #[test]
+    fn leftover_job_logs_are_kept_under_their_key_and_erased() {
+        let Some(vol) = TestVolume::new() else { return };
+        let before = vol.scratch();
+        let dir = before.create("old", 1 << 20).unwrap();
+        let orphan = before.create("orphan", 1 << 20).unwrap();
+        write(&before.logs("orphan").unwrap().join("job.log"), 4096);
+        let key = key_of(&before, "old");
+        drop(before);
+        let s = vol.scratch();
+        delete_tree(&orphan).unwrap();
+
+        let logs = s.logs("old").unwrap();
+
+        let policy = fscrypt::policy_identifier(File::open(&logs).unwrap()).unwrap();
+        assert_eq!(policy, Some(key), "the leftover's key, not a new one");
+        write(&logs.join("job.log"), 4096);
+        let left: Vec<String> = s
+            .leftovers()
+            .unwrap()
+            .into_iter()
+            .map(|l| l.lease)
+            .collect();
+        assert_eq!(left, ["old", "orphan"]);
+        assert_eq!(s.erase_leftover("old").unwrap().bytes, 4096);
+        assert!(!logs.exists() && !dir.exists());
+        assert_eq!(s.erase_leftover("orphan").unwrap().bytes, 4096);
+        assert_eq!(s.leftovers().unwrap(), vec![]);
+        assert!(matches!(
+            s.erase_leftover("orphan"),
+            Err(ScratchError::UnknownLease { .. })
+        ));
+    }
+
     #[test]
     fn create_over_an_existing_directory_is_refused_and_leaves_it() {
         let Some(vol) = TestVolume::new() else { return };
@@ -829,6 +1001,11 @@ mod tests {
         let s = MemScratch::new(dir.path());
         let p = s.create("m", 10).unwrap();
         fs::write(p.join("f"), b"12345").unwrap();
+        let files = s.bytes_used("m").unwrap();
+        let logs = s.logs("m").unwrap();
+        assert_eq!(logs, dir.path().join(".logs/m"));
+        fs::write(logs.join("j.log"), b"ab").unwrap();
+        assert!(s.bytes_used("m").unwrap() > files, "the logs count");
         fs::create_dir(dir.path().join("gone")).unwrap();
         assert!(s.check_quota("m", 6).is_err());
         assert_eq!(s.leftovers().unwrap().len(), 1);
@@ -845,6 +1022,11 @@ mod tests {
             },
         ];
         assert_eq!(s.calls(), expected);
-        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0);
+        let left: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, [LOGS_DIR], "only the shared logs folder");
+        assert_eq!(fs::read_dir(dir.path().join(LOGS_DIR)).unwrap().count(), 0);
     }
 }

@@ -749,6 +749,40 @@ fn egress_follows_the_policy_and_scratch_is_crypto_erased_at_lease_end() {
     scratch_is_crypto_erased(&node, &la);
 }
 
+/// A job's output is kept in the lease's logs folder in the encrypted scratch volume: the node's
+/// work folder holds it in plaintext nowhere but through the mounted volume. Its folder.
+fn job_output_is_encrypted(node: &DevNode, la: &str) -> PathBuf {
+    // The marker is only in the output: the job's command (which hostd stores) has it in two.
+    let marker = "sovereign-log-marker-0123456789";
+    let (code, out) = run(
+        node,
+        "hyd-speech",
+        la,
+        "for i in $(seq 2000); do printf 'sovereign-log-%s\\n' marker-0123456789; done; sync",
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains(marker), "{out}");
+    let mnt = node.dir.join("work/scratch-volume/mnt");
+    let logs = mnt.join(".logs").join(la);
+    let through_mount = Command::new("grep")
+        .args(["-r", "-l", "-a", marker])
+        .arg(&logs)
+        .output()
+        .unwrap();
+    assert!(!through_mount.stdout.is_empty(), "no job log in {logs:?}");
+    let on_disk = Command::new("grep")
+        .args(["-r", "-l", "-a", "--exclude-dir=mnt", marker])
+        .arg(node.dir.join("work"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&on_disk.stdout),
+        "",
+        "job output in plaintext on disk"
+    );
+    logs
+}
+
 /// A job serving on a port is reached through the node port hostd publishes (on loopback in
 /// dev mode); the forward closes with the job.
 fn service_port(node: &DevNode, la: &str) {
@@ -802,9 +836,10 @@ fn service_port(node: &DevNode, la: &str) {
     }
 }
 
-/// Files in scratch are ciphertext on disk; after the lease ends the directory is gone and the
-/// network with it.
+/// Files in scratch and the jobs' output are ciphertext on disk; after the lease ends both are
+/// gone and the network with them.
 fn scratch_is_crypto_erased(node: &DevNode, la: &str) {
+    let logs = job_output_is_encrypted(node, la);
     let marker = "sovereign-scratch-marker-0123456789";
     let (code, dir) = run(
         node,
@@ -833,6 +868,7 @@ fn scratch_is_crypto_erased(node: &DevNode, la: &str) {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(!dir.exists(), "scratch still there");
+    assert!(!logs.exists(), "job logs still there");
     let erased: Vec<Value> = ledger(node)
         .into_iter()
         .filter(|r| r["kind"] == "scratch-erased" && r["lease"] == la)

@@ -2,8 +2,8 @@
 //! and a record of every call.
 
 use super::{
-    delete_tree, tree_bytes, unclaimed_dirs, validate_lease, Erased, Leftover, Scratch,
-    ScratchError,
+    delete_tree, logs_dir, private_dir, trees_bytes, unclaimed_leases, validate_lease, Erased,
+    Leftover, Scratch, ScratchError, LOGS_DIR,
 };
 use std::collections::HashMap;
 use std::fs;
@@ -43,6 +43,24 @@ impl MemScratch {
     /// Every create and erase so far, in order.
     pub fn calls(&self) -> Vec<Call> {
         self.state().calls.clone()
+    }
+
+    /// The lease's job logs and scratch folders.
+    fn lease_dirs(&self, lease: &str) -> Result<[PathBuf; 2], ScratchError> {
+        Ok([logs_dir(&self.root, lease)?, self.root.join(lease)])
+    }
+
+    /// Deletes the lease's folders; the bytes they held.
+    fn delete(&self, lease: &str) -> Result<Erased, ScratchError> {
+        let dirs = self.lease_dirs(lease)?;
+        let bytes = trees_bytes(&dirs)?;
+        for dir in &dirs {
+            delete_tree(dir)?;
+        }
+        Ok(Erased {
+            bytes,
+            files_busy: false,
+        })
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -88,8 +106,26 @@ impl Scratch for MemScratch {
         self.live_quota(lease).map(|_| self.root.join(lease))
     }
 
+    fn logs_path(&self, lease: &str) -> Result<PathBuf, ScratchError> {
+        logs_dir(&self.root, lease)
+    }
+
+    fn logs(&self, lease: &str) -> Result<PathBuf, ScratchError> {
+        let dir = logs_dir(&self.root, lease)?;
+        let scratch = self.root.join(lease);
+        if !fs::symlink_metadata(&scratch).is_ok_and(|m| m.is_dir()) {
+            return Err(ScratchError::UnknownLease {
+                lease: lease.to_owned(),
+            });
+        }
+        private_dir(&self.root.join(LOGS_DIR))?;
+        private_dir(&dir)?;
+        Ok(dir)
+    }
+
     fn bytes_used(&self, lease: &str) -> Result<u64, ScratchError> {
-        tree_bytes(&self.path(lease)?)
+        self.live_quota(lease)?;
+        trees_bytes(&self.lease_dirs(lease)?)
     }
 
     fn quota(&self, lease: &str) -> Result<u64, ScratchError> {
@@ -100,24 +136,20 @@ impl Scratch for MemScratch {
         self.state().calls.push(Call::Erase {
             lease: lease.to_owned(),
         });
-        let dir = self.path(lease)?;
-        let bytes = tree_bytes(&dir)?;
-        delete_tree(&dir)?;
+        self.live_quota(lease)?;
+        let erased = self.delete(lease)?;
         self.state().quotas.remove(lease);
-        Ok(Erased {
-            bytes,
-            files_busy: false,
-        })
+        Ok(erased)
     }
 
     fn leftovers(&self) -> Result<Vec<Leftover>, ScratchError> {
         let state = self.state();
-        let dirs = unclaimed_dirs(&self.root, |name| state.quotas.contains_key(name))?;
-        Ok(dirs
+        let leases = unclaimed_leases(&self.root, |name| state.quotas.contains_key(name))?;
+        Ok(leases
             .into_iter()
-            .map(|(lease, path)| Leftover {
+            .map(|lease| Leftover {
+                path: self.root.join(&lease),
                 lease,
-                path,
                 unlocked: true,
             })
             .collect())
@@ -133,17 +165,15 @@ impl Scratch for MemScratch {
                 lease: lease.to_owned(),
             });
         }
-        let dir = self.root.join(lease);
-        if !fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) {
+        let dirs = self.lease_dirs(lease)?;
+        if !dirs
+            .iter()
+            .any(|d| fs::symlink_metadata(d).is_ok_and(|m| m.is_dir()))
+        {
             return Err(ScratchError::UnknownLease {
                 lease: lease.to_owned(),
             });
         }
-        let bytes = tree_bytes(&dir)?;
-        delete_tree(&dir)?;
-        Ok(Erased {
-            bytes,
-            files_busy: false,
-        })
+        self.delete(lease)
     }
 }
