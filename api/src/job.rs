@@ -126,9 +126,12 @@ pub struct Job {
     pub published_port: Option<u16>,
 }
 
-/// `GET /v1/leases/{id}/jobs`.
+/// `GET /v1/leases/{id}/jobs`: one page (see [`crate::query::JobsQuery`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobList {
     /// Jobs of the lease, oldest first.
     pub jobs: Vec<Job>,
+    /// The `after` of the next page (this page's last job); absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_after: Option<String>,
 }

@@ -191,6 +191,35 @@ mod tests {
     }
 }
 
+/// `GET /v1/leases/{id}/jobs`: one page of a lease's jobs.
+///
+/// A page holds the jobs after the job `after` (from the first when absent), oldest first, at
+/// most `limit` of them; the answer's `next_after` is the `after` of the next page, absent on
+/// the last. A lease that runs short jobs in a loop (a render farm's burst) has as many
+/// records as jobs, so no answer holds them all at once.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobsQuery {
+    /// Only jobs started after this one; default: from the lease's first job.
+    pub after: Option<String>,
+    /// At most this many jobs; default and at most [`JOBS_LIMIT_MAX`] (a larger one, or 0, is
+    /// refused with 400).
+    pub limit: Option<u64>,
+}
+
+/// The most jobs a `GET /v1/leases/{id}/jobs` page holds, and the default.
+pub const JOBS_LIMIT_MAX: u64 = 1_000;
+
+impl JobsQuery {
+    /// The request path for lease `lease` (percent-encoded).
+    pub fn path(&self, lease: &str) -> String {
+        QueryString::new()
+            .push_opt("after", self.after.as_deref())
+            .push_opt("limit", self.limit)
+            .to_path(&format!("/v1/leases/{}/jobs", encode(lease)))
+    }
+}
+
 /// `GET /v1/leases/{id}/jobs/{job}/logs`: the job's output (stdout and stderr interleaved).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

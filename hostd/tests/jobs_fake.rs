@@ -574,3 +574,37 @@ async fn stopped_for_quota(jobs: &TestJobs, lease: &str, job: &str) {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
+
+/// A lease's jobs list in pages, oldest first: ids start with the start time, so the store's
+/// key order is start order, and following `next_after` gives every job once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_list_in_pages_oldest_first() {
+    let f = fixture().await;
+    let jobs = controller_with(&f, firewall(), 1 << 30).await;
+    let l = known_lease(&f, "lease-p");
+    let mut started = Vec::new();
+    for _ in 0..5 {
+        started.push(jobs.start(&l, job()).await.unwrap().id);
+        // Distinct start times: within one millisecond the random part orders them.
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let (first, next) = jobs.page("lease-p", None, 2).unwrap();
+    let ids = |page: &[hostd_api::job::Job]| page.iter().map(|j| j.id.clone()).collect::<Vec<_>>();
+    assert_eq!(ids(&first), started[..2]);
+    assert_eq!(next.as_deref(), Some(started[1].as_str()));
+    let mut all = ids(&first);
+    let mut after = next;
+    while let Some(a) = after {
+        let (page, next) = jobs.page("lease-p", Some(&a), 2).unwrap();
+        assert!(!page.is_empty() && page.len() <= 2);
+        all.extend(ids(&page));
+        after = next;
+    }
+    assert_eq!(all, started);
+    let (whole, none) = jobs.page("lease-p", None, 5).unwrap();
+    assert_eq!((ids(&whole), none), (started.clone(), None));
+    let (rest, _) = jobs.page("lease-p", Some("job-not-there"), 5).unwrap();
+    assert!(rest.is_empty(), "an id after every job's: {rest:?}");
+    let (none_yet, _) = jobs.page("lease-other", None, 5).unwrap();
+    assert!(none_yet.is_empty());
+}

@@ -39,7 +39,7 @@ use hostd_api::gpu::GpuList;
 use hostd_api::job::{Job, JobList, NewJob};
 use hostd_api::lease::{Lease, NewLease};
 use hostd_api::profile::{parse_server_url, Profile, ProfileError, ServerUrl};
-use hostd_api::query::{BillQuery, LogsQuery, RecordsQuery, UsageQuery};
+use hostd_api::query::{BillQuery, JobsQuery, LogsQuery, RecordsQuery, UsageQuery};
 use hostd_api::tenant::{NewTenant, Tenant};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -646,9 +646,9 @@ impl Client {
         self.call_post(&Self::jobs_path(lease), job).await
     }
 
-    /// `GET /v1/leases/{id}/jobs`.
-    pub async fn jobs(&self, lease: &str) -> Result<JobList, ClientError> {
-        self.call(&Self::jobs_path(lease)).await
+    /// `GET /v1/leases/{id}/jobs`: one page.
+    pub async fn jobs(&self, lease: &str, q: &JobsQuery) -> Result<JobList, ClientError> {
+        self.call(&q.path(lease)).await
     }
 
     /// `GET /v1/leases/{id}/jobs/{job}`.

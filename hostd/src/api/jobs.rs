@@ -12,7 +12,7 @@ use attest::report::report;
 use axum::body::{Body, Bytes};
 use axum::extract::ConnectInfo;
 use hostd_api::job::{Job, JobList, NewJob};
-use hostd_api::query::LogsQuery;
+use hostd_api::query::{JobsQuery, LogsQuery, JOBS_LIMIT_MAX};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
 /// The jobs controller, or why this node runs no jobs.
@@ -63,10 +63,38 @@ pub(super) async fn list_jobs(
     Extension(p): Extension<Principal>,
     Extension(w): Extension<Workloads>,
     Path(id): Path<String>,
+    q: Result<Query<JobsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<JobList>> {
+    let Query(q) = q.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
+    let (after, limit) = jobs_page(&q)?;
     let lease = lease_for(&node, &p, id, false).await?;
-    let jobs = w.jobs()?.list(&lease.id)?;
-    Ok(Json(JobList { jobs }))
+    let (jobs, next_after) = w.jobs()?.page(&lease.id, after, limit)?;
+    Ok(Json(JobList { jobs, next_after }))
+}
+
+/// The page a [`JobsQuery`] asks for, or 400: `after` must look like a job id (it is read as
+/// a place in the store's keys) and `limit` be 1 to [`JOBS_LIMIT_MAX`].
+fn jobs_page(q: &JobsQuery) -> Result<(Option<&str>, usize), ApiError> {
+    let bad = |m: String| ApiError::new(StatusCode::BAD_REQUEST, m);
+    if let Some(a) = q.after.as_deref() {
+        let ok = (1..=64).contains(&a.len())
+            && a.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !ok {
+            return Err(bad(format!("after {a:?} is not a job id")));
+        }
+    }
+    let limit = match q.limit {
+        None => JOBS_LIMIT_MAX,
+        Some(n) if (1..=JOBS_LIMIT_MAX).contains(&n) => n,
+        Some(n) => {
+            return Err(bad(format!(
+                "limit {n} is out of range: a page holds 1 to {JOBS_LIMIT_MAX} jobs"
+            )))
+        }
+    };
+    let limit = usize::try_from(limit).map_err(|_| bad(format!("limit {limit} is too large")))?;
+    Ok((q.after.as_deref(), limit))
 }
 
 pub(super) async fn get_job(
@@ -193,5 +221,40 @@ async fn read_from(
         }
         sent += n as u64;
         transfer.sent(n as u64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn query(after: Option<&str>, limit: Option<u64>) -> JobsQuery {
+        JobsQuery {
+            after: after.map(str::to_owned),
+            limit,
+        }
+    }
+
+    /// A page is 1 to 1,000 jobs (1,000 when unsaid), after something shaped like a job id.
+    #[test]
+    fn a_jobs_page_is_bounded_and_after_a_job_id() {
+        let q = query(None, None);
+        assert_eq!(jobs_page(&q).unwrap(), (None, 1_000));
+        let q = query(Some("job-0193a1b2c3d4e5f60718293a4b5c"), Some(7));
+        assert_eq!(
+            jobs_page(&q).unwrap(),
+            (Some("job-0193a1b2c3d4e5f60718293a4b5c"), 7)
+        );
+        for bad in [
+            query(None, Some(0)),
+            query(None, Some(1_001)),
+            query(Some(""), None),
+            query(Some("../x"), None),
+            query(Some(&"a".repeat(65)), None),
+        ] {
+            let err = jobs_page(&bad).unwrap_err();
+            let status = err.into_response().status();
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{bad:?}");
+        }
     }
 }

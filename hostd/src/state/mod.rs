@@ -216,6 +216,22 @@ impl JsonTree {
         Ok(out)
     }
 
+    /// At most `limit` values whose key starts with `prefix` and comes after `after`, with
+    /// their keys, in key order (see [`RawTree::scan_page`]).
+    pub fn scan_page<T: DeserializeOwned>(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, T)>, StoreError> {
+        let mut out = Vec::new();
+        for (key, v) in self.tree.scan_page(prefix, after, limit)? {
+            let value = serde_json::from_slice(&v).map_err(|e| self.corrupt(&key, e))?;
+            out.push((key, value));
+        }
+        Ok(out)
+    }
+
     /// The keys that start with `prefix`, in order.
     pub fn keys(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
         Ok(self
@@ -291,6 +307,45 @@ mod tests {
             assert_eq!(t.get::<i32>("cursor/b/g").unwrap(), None);
             t.remove("lease/a").unwrap();
             assert_eq!(t.scan::<i32>("lease/").unwrap(), vec![2]);
+        }
+    }
+
+    /// Pages of a prefix, in both trees: after a key (present or not), bounded, never past
+    /// the prefix, and from the first key when `after` sorts before the prefix.
+    #[test]
+    fn pages_follow_after_and_stay_within_the_prefix() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path()).unwrap();
+        for t in [s.tree("t").unwrap(), JsonTree::in_memory("t")] {
+            for (k, v) in [
+                ("a/1", 1),
+                ("b/1", 11),
+                ("b/2", 12),
+                ("b/4", 14),
+                ("c/1", 21),
+            ] {
+                t.put(k, &v).unwrap();
+            }
+            let page = |after: Option<&str>, limit| -> Vec<i32> {
+                t.scan_page::<i32>("b/", after, limit)
+                    .unwrap()
+                    .into_iter()
+                    .map(|(_, v)| v)
+                    .collect()
+            };
+            assert_eq!(page(None, 2), [11, 12]);
+            assert_eq!(page(Some("b/2"), 2), [14]);
+            assert_eq!(page(Some("b/3"), 10), [14], "after a key that is not there");
+            assert_eq!(page(Some("b/4"), 10), Vec::<i32>::new());
+            assert_eq!(page(Some("a/9"), 1), [11], "after sorts before the prefix");
+            assert_eq!(page(None, 0), Vec::<i32>::new());
+            let keys: Vec<String> = t
+                .scan_page::<i32>("b/", None, 9)
+                .unwrap()
+                .into_iter()
+                .map(|(k, _)| k)
+                .collect();
+            assert_eq!(keys, ["b/1", "b/2", "b/4"]);
         }
     }
 }

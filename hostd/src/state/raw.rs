@@ -16,6 +16,14 @@ pub trait RawTree: Send + Sync {
     fn apply(&self, ops: Vec<(String, Option<Vec<u8>>)>) -> Result<(), StoreError>;
     /// Entries whose key starts with `prefix`, in key order.
     fn scan_prefix(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError>;
+    /// At most `limit` entries whose key starts with `prefix` and comes after the key `after`
+    /// (from the first when `None`), in key order: one page, read without the rest.
+    fn scan_page(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, Vec<u8>)>, StoreError>;
 }
 
 /// A sled tree.
@@ -52,17 +60,43 @@ impl RawTree for SledTree {
         let mut out = Vec::new();
         for item in self.0.scan_prefix(prefix) {
             let (k, v) = item?;
-            // Keys are written from `&str` only, so they are UTF-8; a key that is not was
-            // written by something else and is reported, never lossily renamed.
-            let key = String::from_utf8(k.to_vec()).map_err(|e| StoreError::Corrupt {
-                tree: "?",
-                key: String::from_utf8_lossy(e.as_bytes()).into_owned(),
-                message: "key is not UTF-8".into(),
-            })?;
-            out.push((key, v.to_vec()));
+            out.push((utf8_key(&k)?, v.to_vec()));
         }
         Ok(out)
     }
+
+    fn scan_page(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        use std::ops::Bound;
+        let start = match after {
+            // A key before the prefix's keys starts the page at the first of them.
+            Some(a) if a >= prefix => Bound::Excluded(a.as_bytes()),
+            _ => Bound::Included(prefix.as_bytes()),
+        };
+        let mut out = Vec::new();
+        for item in self.0.range::<&[u8], _>((start, Bound::Unbounded)) {
+            let (k, v) = item?;
+            if !k.starts_with(prefix.as_bytes()) || out.len() >= limit {
+                break;
+            }
+            out.push((utf8_key(&k)?, v.to_vec()));
+        }
+        Ok(out)
+    }
+}
+
+/// Keys are written from `&str` only, so they are UTF-8; a key that is not was written by
+/// something else and is reported, never lossily renamed.
+fn utf8_key(k: &[u8]) -> Result<String, StoreError> {
+    String::from_utf8(k.to_vec()).map_err(|e| StoreError::Corrupt {
+        tree: "?",
+        key: String::from_utf8_lossy(e.as_bytes()).into_owned(),
+        message: "key is not UTF-8".into(),
+    })
 }
 
 /// A tree in memory, for unit tests of code that runs over the store.
@@ -106,6 +140,26 @@ impl RawTree for MemTree {
             .map()
             .range(prefix.to_owned()..)
             .take_while(|(k, _)| k.starts_with(prefix))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect())
+    }
+
+    fn scan_page(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        use std::ops::Bound;
+        let start = match after {
+            Some(a) if a >= prefix => Bound::Excluded(a.to_owned()),
+            _ => Bound::Included(prefix.to_owned()),
+        };
+        Ok(self
+            .map()
+            .range((start, Bound::Unbounded))
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .take(limit)
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect())
     }

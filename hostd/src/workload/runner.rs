@@ -342,7 +342,8 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
             .map_err(|e| internal("publishing the job's user", e))?;
         let scratch = self.lease_scratch(&lease.id, uid).await?;
         let (net, resolv) = self.lease_network(lease).await?;
-        let id = new_job_id()?;
+        let started_ms = self.node.clock().now_ms();
+        let id = new_job_id(started_ms)?;
         let mut props = job_sandbox(lease, &req, scratch, uid, &limits, self.uvm.clone())
             .properties()
             .map_err(|e| NodeError::BadRequest(report(&e).to_string()))?;
@@ -361,7 +362,7 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
             result: None,
             exit_code: None,
             signal: None,
-            started_ms: self.node.clock().now_ms(),
+            started_ms,
             ended_ms: None,
             cpu_ns: 0,
             memory_peak_bytes: 0,
@@ -597,6 +598,33 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
             .collect();
         jobs.sort_by_key(|j| j.started_ms);
         Ok(jobs)
+    }
+
+    /// A page of `lease`'s jobs, oldest first: at most `limit` after the job `after` (from the
+    /// first when `None`), and the `after` of the next page when there are more. Job ids start
+    /// with their start time, so the store's key order is start order and a page is read
+    /// without the rest.
+    pub fn page(
+        &self,
+        lease: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<Job>, Option<String>), NodeError> {
+        let prefix = format!("{lease}/");
+        let from = after.map(|a| format!("{prefix}{a}"));
+        let mut page: Vec<Job> = self
+            .tree
+            .scan_page::<StoredJob>(&prefix, from.as_deref(), limit.saturating_add(1))?
+            .into_iter()
+            .map(|(_, s)| s.job)
+            .collect();
+        let next = if page.len() > limit {
+            page.truncate(limit);
+            page.last().map(|j| j.id.clone())
+        } else {
+            None
+        };
+        Ok((page, next))
     }
 
     /// One job of `lease`, or 404.
@@ -1185,13 +1213,17 @@ fn create_dir(dir: &Path, mode: u32) -> Result<(), NodeError> {
         .map_err(|e| internal("creating a job directory", e))
 }
 
-fn new_job_id() -> Result<String, NodeError> {
+/// `job-` and the start time (ms, 12 hex digits, so ids sort by it until the year 10889)
+/// followed by 8 random bytes: ids list in start order, and one cannot be guessed from
+/// another (a wrong id is a 404 like another lease's).
+fn new_job_id(started_ms: i64) -> Result<String, NodeError> {
     use rand_core::{OsRng, RngCore};
     let mut b = [0u8; 8];
     OsRng
         .try_fill_bytes(&mut b)
         .map_err(|e| internal("drawing a job id", e))?;
-    Ok(format!("job-{}", hex::encode(b)))
+    let ms = u64::try_from(started_ms).unwrap_or(0);
+    Ok(format!("job-{ms:012x}{}", hex::encode(b)))
 }
 
 #[cfg(test)]

@@ -7,9 +7,10 @@
 
 use super::{print_json, CmdResult, Exit, Fail};
 use crate::client::Client;
+use attest::report::report;
 use clap::{Args, Subcommand};
 use hostd_api::job::{Job, JobLimits, JobState, NewJob};
-use hostd_api::query::LogsQuery;
+use hostd_api::query::{JobsQuery, LogsQuery};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -17,10 +18,17 @@ use std::time::Duration;
 pub enum JobCmd {
     /// Start a job on a lease: `sovctl job run --lease ID -- /usr/bin/python3 train.py`.
     Run(RunArgs),
-    /// The lease's jobs.
+    /// The lease's jobs, oldest first: every page, printed as each arrives, unless `--after`
+    /// or `--limit` asks for one page (whose `next_after`, if any, `--json` shows).
     List {
         #[arg(long)]
         lease: String,
+        /// One page: the jobs started after job ID.
+        #[arg(long, value_name = "ID")]
+        after: Option<String>,
+        /// One page of at most N jobs (the node allows 1 to 1,000; default 1,000).
+        #[arg(long, value_name = "N")]
+        limit: Option<u64>,
     },
     /// One job: state, exit status, CPU time, memory peak, bytes in and out.
     Show {
@@ -192,9 +200,22 @@ pub fn exit_status(j: &Job) -> u8 {
 pub async fn job(c: Client, cmd: JobCmd, json: bool) -> CmdResult {
     match cmd {
         JobCmd::Run(args) => run(c, args, json).await,
-        JobCmd::List { lease } => {
-            let list = c.jobs(&lease).await?;
-            show(json, &list, |l| l.jobs.iter().for_each(print_job))
+        JobCmd::List {
+            lease,
+            after,
+            limit,
+        } => {
+            let q = JobsQuery { after, limit };
+            if q.after.is_some() || q.limit.is_some() {
+                let page = c.jobs(&lease, &q).await?;
+                return show(json, &page, |page| {
+                    page.jobs.iter().for_each(print_job);
+                    if let Some(next) = &page.next_after {
+                        println!("(more: --after {next})");
+                    }
+                });
+            }
+            all_job_pages(&c, &lease, q, json).await
         }
         JobCmd::Show { lease, job } => show(json, &c.job(&lease, &job).await?, print_job),
         JobCmd::Stop { lease, job } => show(json, &c.stop_job(&lease, &job).await?, print_job),
@@ -210,6 +231,43 @@ pub async fn job(c: Client, cmd: JobCmd, json: bool) -> CmdResult {
             Ok(Exit::Ok)
         }
     }
+}
+
+/// Every page, printed as it arrives: `--json` writes one `{"jobs":[...]}` document, the shape
+/// of a single page without `next_after`. A node whose pages do not advance is an error, not
+/// an endless loop.
+async fn all_job_pages(c: &Client, lease: &str, mut q: JobsQuery, json: bool) -> CmdResult {
+    if json {
+        print!("{{\"jobs\":[");
+    }
+    let mut first = true;
+    loop {
+        let page = c.jobs(lease, &q).await?;
+        for job in &page.jobs {
+            if json {
+                let text = serde_json::to_string(job).map_err(|e| Fail::usage(report(&e)))?;
+                print!("{}\n{text}", if first { "" } else { "," });
+            } else {
+                print_job(job);
+            }
+            first = false;
+        }
+        match page.next_after {
+            Some(next) if q.after.as_ref().is_none_or(|a| next > *a) => q.after = Some(next),
+            Some(next) => {
+                return Err(Fail::usage(format!(
+                    "the node answered a page after {} with next_after {next}, which does \
+                     not advance",
+                    q.after.unwrap_or_default()
+                )))
+            }
+            None => break,
+        }
+    }
+    if json {
+        println!("\n]}}");
+    }
+    Ok(Exit::Ok)
 }
 
 /// How long a followed log may stay silent (a quiet training epoch) before sovctl gives up.

@@ -737,6 +737,7 @@ fn egress_follows_the_policy_and_scratch_is_crypto_erased_at_lease_end() {
     let jobs = json(&node.sovctl("hyd-speech", &["--json", "job", "list", "--lease", &la]));
     let out_bytes = jobs["jobs"][0]["bytes_out"].as_u64().unwrap();
     assert!(out_bytes >= sent, "job bytes_out {out_bytes}");
+    jobs_list_in_pages(&node, &la, &jobs);
 
     // Loopback inside the lease's namespace works (multi-process training needs it).
     let server = "use IO::Socket::INET; my $s = IO::Socket::INET->new(LocalAddr => q(127.0.0.1), LocalPort => 9000, Listen => 1, ReuseAddr => 1) or die; my $c = $s->accept; print $c qq(local ok\\n); close $c";
@@ -747,6 +748,41 @@ fn egress_follows_the_policy_and_scratch_is_crypto_erased_at_lease_end() {
     assert!(out.contains("local ok"), "{out}");
     service_port(&node, &la);
     scratch_is_crypto_erased(&node, &la);
+}
+
+/// `sovctl job list --limit 1`, followed by `--after`, gives the whole list's jobs in the same
+/// order, oldest first.
+fn jobs_list_in_pages(node: &DevNode, la: &str, whole: &Value) {
+    let ids = |v: &Value| -> Vec<String> {
+        let jobs = v["jobs"].as_array().unwrap();
+        jobs.iter()
+            .map(|j| j["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let all = ids(whole);
+    assert!(all.len() > 1, "{whole}");
+    let started: Vec<i64> = whole["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["started_ms"].as_i64().unwrap())
+        .collect();
+    assert!(started.windows(2).all(|w| w[0] <= w[1]), "{started:?}");
+    let mut paged = Vec::new();
+    let mut after: Option<String> = None;
+    for _ in 0..=all.len() {
+        let mut args = vec!["--json", "job", "list", "--lease", la, "--limit", "1"];
+        if let Some(a) = &after {
+            args.extend(["--after", a.as_str()]);
+        }
+        let page = json(&node.sovctl("hyd-speech", &args));
+        paged.extend(ids(&page));
+        match page["next_after"].as_str() {
+            Some(next) => after = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(paged, all);
 }
 
 /// A job's output is kept in the lease's logs folder in the encrypted scratch volume: the node's
