@@ -2,6 +2,7 @@
 
 use super::StoreError;
 use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::sync::Mutex;
 
 /// A sorted map of string keys to bytes with atomic batches: all [`super::JsonTree`] needs.
@@ -71,12 +72,7 @@ impl RawTree for SledTree {
         after: Option<&str>,
         limit: usize,
     ) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
-        use std::ops::Bound;
-        let start = match after {
-            // A key before the prefix's keys starts the page at the first of them.
-            Some(a) if a >= prefix => Bound::Excluded(a.as_bytes()),
-            _ => Bound::Included(prefix.as_bytes()),
-        };
+        let start = page_start(prefix, after).map(str::as_bytes);
         let mut out = Vec::new();
         for item in self.0.range::<&[u8], _>((start, Bound::Unbounded)) {
             let (k, v) = item?;
@@ -86,6 +82,15 @@ impl RawTree for SledTree {
             out.push((utf8_key(&k)?, v.to_vec()));
         }
         Ok(out)
+    }
+}
+
+/// Where a page of `prefix`'s keys after `after` starts: just after `after`, or at the first
+/// of them when there is none or it sorts before them all.
+fn page_start<'a>(prefix: &'a str, after: Option<&'a str>) -> Bound<&'a str> {
+    match after {
+        Some(a) if a >= prefix => Bound::Excluded(a),
+        _ => Bound::Included(prefix),
     }
 }
 
@@ -150,11 +155,7 @@ impl RawTree for MemTree {
         after: Option<&str>,
         limit: usize,
     ) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
-        use std::ops::Bound;
-        let start = match after {
-            Some(a) if a >= prefix => Bound::Excluded(a.to_owned()),
-            _ => Bound::Included(prefix.to_owned()),
-        };
+        let start = page_start(prefix, after).map(str::to_owned);
         Ok(self
             .map()
             .range((start, Bound::Unbounded))

@@ -1045,12 +1045,17 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
     }
 
     fn erase_lease_files(&self, lease: &str) -> Result<(), NodeError> {
-        let path = self.paths.work.join("net").join(lease);
-        match std::fs::remove_dir_all(&path) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(internal("erasing a lease's job files", e)),
+        // `logs`: where a node kept job output before it moved under the lease's key; a
+        // lease that ran jobs before an update has its old logs there.
+        for dir in ["net", "logs"] {
+            let path = self.paths.work.join(dir).join(lease);
+            match std::fs::remove_dir_all(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(internal("erasing a lease's job files", e)),
+            }
         }
+        Ok(())
     }
 }
 

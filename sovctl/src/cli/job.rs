@@ -5,9 +5,8 @@
 //! number when it was killed, 1 when it failed to run or was lost), so scripts and Slurm
 //! prologs can use it as they would `srun`.
 
-use super::{print_json, CmdResult, Exit, Fail};
+use super::{next_page, print_json, CmdResult, Exit, Fail, PagedList};
 use crate::client::Client;
-use attest::report::report;
 use clap::{Args, Subcommand};
 use hostd_api::job::{Job, JobLimits, JobState, NewJob};
 use hostd_api::query::{JobsQuery, LogsQuery};
@@ -233,41 +232,18 @@ pub async fn job(c: Client, cmd: JobCmd, json: bool) -> CmdResult {
     }
 }
 
-/// Every page, printed as it arrives: `--json` writes one `{"jobs":[...]}` document, the shape
-/// of a single page without `next_after`. A node whose pages do not advance is an error, not
-/// an endless loop.
+/// Every page, printed as it arrives (see [`PagedList`]).
 async fn all_job_pages(c: &Client, lease: &str, mut q: JobsQuery, json: bool) -> CmdResult {
-    if json {
-        print!("{{\"jobs\":[");
-    }
-    let mut first = true;
+    let mut list = PagedList::start("jobs", json);
     loop {
         let page = c.jobs(lease, &q).await?;
         for job in &page.jobs {
-            if json {
-                let text = serde_json::to_string(job).map_err(|e| Fail::usage(report(&e)))?;
-                print!("{}\n{text}", if first { "" } else { "," });
-            } else {
-                print_job(job);
-            }
-            first = false;
+            list.item(job, print_job)?;
         }
-        match page.next_after {
-            Some(next) if q.after.as_ref().is_none_or(|a| next > *a) => q.after = Some(next),
-            Some(next) => {
-                return Err(Fail::usage(format!(
-                    "the node answered a page after {} with next_after {next}, which does \
-                     not advance",
-                    q.after.unwrap_or_default()
-                )))
-            }
-            None => break,
+        if !next_page(&mut q.after, page.next_after)? {
+            return list.finish();
         }
     }
-    if json {
-        println!("\n]}}");
-    }
-    Ok(Exit::Ok)
 }
 
 /// How long a followed log may stay silent (a quiet training epoch) before sovctl gives up.

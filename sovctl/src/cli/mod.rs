@@ -130,6 +130,63 @@ pub fn print_json(v: &impl serde::Serialize) -> Result<(), Fail> {
     Ok(())
 }
 
+/// Prints a list that the node answers in pages, each item as it arrives: with `--json` one
+/// `{"<key>":[...]}` document, the shape of a single page without `next_after`; otherwise a
+/// line per item.
+pub(crate) struct PagedList {
+    json: bool,
+    first: bool,
+}
+
+impl PagedList {
+    /// Starts the list (with `--json`, its opening).
+    pub(crate) fn start(key: &str, json: bool) -> PagedList {
+        if json {
+            print!("{{\"{key}\":[");
+        }
+        PagedList { json, first: true }
+    }
+
+    /// One item: as JSON, or as `line` prints it.
+    pub(crate) fn item<T: serde::Serialize>(&mut self, item: &T, line: fn(&T)) -> CmdResult {
+        if self.json {
+            let text = serde_json::to_string(item).map_err(|e| Fail::usage(report(&e)))?;
+            print!("{}\n{text}", if self.first { "" } else { "," });
+        } else {
+            line(item);
+        }
+        self.first = false;
+        Ok(Exit::Ok)
+    }
+
+    /// Ends the list (with `--json`, its closing).
+    pub(crate) fn finish(self) -> CmdResult {
+        if self.json {
+            println!("\n]}}");
+        }
+        Ok(Exit::Ok)
+    }
+}
+
+/// Moves a pager's `after` on to the page's `next_after`: `false` after the last page. A node
+/// whose next page would not advance is an error, not an endless loop.
+pub(crate) fn next_page<T>(after: &mut Option<T>, next: Option<T>) -> Result<bool, Fail>
+where
+    T: PartialOrd + std::fmt::Display,
+{
+    match next {
+        None => Ok(false),
+        Some(n) if after.as_ref().is_none_or(|a| n > *a) => {
+            *after = Some(n);
+            Ok(true)
+        }
+        Some(n) => Err(Fail::usage(format!(
+            "the node answered a page after {} with next_after {n}, which does not advance",
+            after.as_ref().map(ToString::to_string).unwrap_or_default()
+        ))),
+    }
+}
+
 /// A value given inline or as the path of a file holding it (keys, a TPM's answer), read
 /// into memory that is wiped when dropped.
 pub(crate) fn inline_or_file(arg: &str) -> std::io::Result<zeroize::Zeroizing<String>> {
@@ -137,5 +194,26 @@ pub(crate) fn inline_or_file(arg: &str) -> std::io::Result<zeroize::Zeroizing<St
         std::fs::read_to_string(arg).map(zeroize::Zeroizing::new)
     } else {
         Ok(zeroize::Zeroizing::new(arg.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pager moves on only forwards: the last page ends it, a node answering the same or an
+    /// earlier `next_after` is an error instead of a loop.
+    #[test]
+    fn next_page_moves_forwards_only() {
+        let mut after = None;
+        assert!(next_page(&mut after, Some(5u64)).unwrap());
+        assert!(next_page(&mut after, Some(9)).unwrap());
+        assert_eq!(after, Some(9));
+        assert!(!next_page(&mut after, None).unwrap());
+        let err = next_page(&mut after, Some(9)).unwrap_err();
+        assert!(err.message.contains("does not advance"), "{}", err.message);
+        let mut jobs = Some("job-2".to_owned());
+        assert!(next_page(&mut jobs, Some("job-1".to_owned())).is_err());
+        assert_eq!(jobs.as_deref(), Some("job-2"));
     }
 }

@@ -1,7 +1,7 @@
 //! The online commands: tenants, GPUs, leases, usage, bills and audit exports, typed end to
 //! end over the client's `hostd-api` types.
 
-use super::{block_on, connect, print_json, CmdResult, Exit, Fail};
+use super::{block_on, connect, next_page, print_json, CmdResult, Exit, Fail, PagedList};
 use crate::client::Client;
 use attest::report::report;
 use auditor::billing::Invoice;
@@ -320,41 +320,18 @@ pub async fn usage(c: Client, cmd: UsageCmd, j: bool) -> CmdResult {
     }
 }
 
-/// Every page, printed as it arrives: `--json` writes one `{"records":[...]}` document, the
-/// shape of a single page without `next_after`. A node whose pages do not advance is an
-/// error, not an endless loop.
+/// Every page, printed as it arrives (see [`PagedList`]).
 async fn all_usage_pages(c: &Client, mut q: UsageQuery, j: bool) -> CmdResult {
-    if j {
-        print!("{{\"records\":[");
-    }
-    let mut first = true;
+    let mut list = PagedList::start("records", j);
     loop {
         let page = c.usage(&q).await?;
         for r in &page.records {
-            if j {
-                let text = serde_json::to_string(r).map_err(|e| Fail::usage(report(&e)))?;
-                print!("{}\n{text}", if first { "" } else { "," });
-            } else {
-                print_usage(r);
-            }
-            first = false;
+            list.item(r, print_usage)?;
         }
-        match page.next_after {
-            Some(next) if q.after.is_none_or(|a| next > a) => q.after = Some(next),
-            Some(next) => {
-                return Err(Fail::usage(format!(
-                    "the node answered a page after {} with next_after {next}, which \
-                     does not advance",
-                    q.after.unwrap_or_default()
-                )))
-            }
-            None => break,
+        if !next_page(&mut q.after, page.next_after)? {
+            return list.finish();
         }
     }
-    if j {
-        println!("\n]}}");
-    }
-    Ok(Exit::Ok)
 }
 
 /// One usage record, one line.
