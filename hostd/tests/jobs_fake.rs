@@ -608,3 +608,36 @@ async fn jobs_list_in_pages_oldest_first() {
     let (none_yet, _) = jobs.page("lease-other", None, 5).unwrap();
     assert!(none_yet.is_empty());
 }
+
+/// One ended lease that cannot be released (its network will not go) holds up no other: the
+/// next lease is released in the same round, and the first once its network can go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_that_cannot_be_released_holds_up_no_other() {
+    let f = fixture().await;
+    let fw = firewall();
+    let jobs = controller(&f, fw.clone()).await;
+    for id in ["lease-x", "lease-y"] {
+        jobs.start(&known_lease(&f, id), job()).await.unwrap();
+    }
+    fw.fail_removes_of(Some("lease-x"));
+    ended_lease(&f, "lease-x");
+    ended_lease(&f, "lease-y");
+
+    // The ended leases' jobs are stopped first; their leases are released in id order, so
+    // lease-x fails before lease-y each round.
+    refresh_until(&jobs, || fw.allowed("lease-y").is_none()).await;
+    nothing_left(&fw, &f.scratch, "lease-y");
+    assert!(fw.allowed("lease-x").is_some(), "its network stayed");
+    fw.fail_removes_of(None);
+    refresh_until(&jobs, || fw.allowed("lease-x").is_none()).await;
+}
+
+/// Refreshes until `done`, for at most 10 s.
+async fn refresh_until(jobs: &TestJobs, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < deadline, "never happened");
+        jobs.refresh().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

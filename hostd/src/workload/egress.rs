@@ -934,6 +934,7 @@ struct MemState {
     calls: Vec<FirewallCall>,
     leases: BTreeMap<String, (LeaseNetwork, Vec<Cidr>, Bytes)>,
     fail_create: bool,
+    fail_remove: Option<String>,
 }
 
 impl MemFirewall {
@@ -969,6 +970,12 @@ impl MemFirewall {
     /// Makes every following `create` fail as a failed `ip` command would.
     pub fn fail_creates(&self, fail: bool) {
         self.state().fail_create = fail;
+    }
+
+    /// Makes every following `remove` of `lease` fail as a failed `nft` command would (until
+    /// called with `None`); the lease's network stays.
+    pub fn fail_removes_of(&self, lease: Option<&str>) {
+        self.state().fail_remove = lease.map(str::to_owned);
     }
 
     fn create_now(
@@ -1067,6 +1074,13 @@ impl Firewall for MemFirewall {
         st.calls.push(FirewallCall::Remove {
             lease: lease.to_owned(),
         });
+        if st.fail_remove.as_deref() == Some(lease) {
+            return Err(EgressError::Command {
+                command: "nft delete table".to_owned(),
+                status: "exit status: 1".to_owned(),
+                stderr: "fake failure".to_owned(),
+            });
+        }
         st.leases.remove(lease);
         Ok(())
     }
