@@ -118,6 +118,9 @@ impl FakeManager {
         name: String,
         _mode: String,
     ) -> Result<OwnedObjectPath, SystemdError> {
+        if self.refuse.load(Ordering::SeqCst) {
+            return Err(SystemdError::NoSuchUnit(format!("Unit {name} refused")));
+        }
         let units = self.units.lock().unwrap();
         let (_, state) = units
             .get(&name)
@@ -640,4 +643,32 @@ async fn refresh_until(jobs: &TestJobs, done: impl Fn() -> bool) {
         jobs.refresh().await.unwrap();
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// A stop systemd does not take is not left marked as made: once systemd answers again, the
+/// lease's end stops the job (a job left marked would run on after its lease).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_systemd_refused_is_asked_again() {
+    let f = fixture().await;
+    let jobs = controller(&f, firewall()).await;
+    let j = jobs
+        .start(&known_lease(&f, "lease-s"), job())
+        .await
+        .unwrap();
+    jobs.refresh().await.unwrap();
+    f.refuse.store(true, Ordering::SeqCst);
+
+    let err = jobs.stop("lease-s", &j.id).await.unwrap_err();
+
+    assert!(matches!(err, NodeError::Unavailable(_)), "{err}");
+    assert_eq!(jobs.get("lease-s", &j.id).unwrap().state, JobState::Running);
+    ended_lease(&f, "lease-s");
+    jobs.refresh().await.unwrap();
+    assert_eq!(jobs.get("lease-s", &j.id).unwrap().state, JobState::Running);
+    f.refuse.store(false, Ordering::SeqCst);
+    refresh_until(&jobs, || {
+        jobs.get("lease-s", &j.id)
+            .is_ok_and(|now| now.state.is_final())
+    })
+    .await;
 }
