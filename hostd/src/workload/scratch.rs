@@ -222,6 +222,11 @@ pub(crate) fn trees_bytes(dirs: &[PathBuf]) -> Result<u64, ScratchError> {
     Ok(total)
 }
 
+/// `path` is a directory itself (a symlink to one is not).
+pub(crate) fn is_real_dir(path: &Path) -> bool {
+    fs::symlink_metadata(path).is_ok_and(|m| m.is_dir())
+}
+
 /// `<root>/.logs/<lease>`, for a valid lease id.
 pub(crate) fn logs_dir(root: &Path, lease: &str) -> Result<PathBuf, ScratchError> {
     validate_lease(lease)?;
@@ -247,7 +252,7 @@ pub(crate) fn unclaimed_leases(
         .map(|(name, _)| name)
         .collect();
     let logs = root.join(LOGS_DIR);
-    if fs::symlink_metadata(&logs).is_ok_and(|m| m.is_dir()) {
+    if is_real_dir(&logs) {
         names.extend(unclaimed_dirs(&logs, &is_live)?.into_iter().map(|(n, _)| n));
     }
     names.sort();
@@ -448,7 +453,7 @@ impl Scratch for Fscrypt {
 
     fn logs(&self, lease: &str) -> Result<PathBuf, ScratchError> {
         let dir = logs_dir(&self.root, lease)?;
-        if fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) {
+        if is_real_dir(&dir) {
             return Ok(dir);
         }
         let key = match self.entry(lease) {
@@ -521,10 +526,7 @@ impl Scratch for Fscrypt {
             });
         }
         let dirs = self.lease_dirs(lease)?;
-        if !dirs
-            .iter()
-            .any(|d| fs::symlink_metadata(d).is_ok_and(|m| m.is_dir()))
-        {
+        if !dirs.iter().any(|d| is_real_dir(d)) {
             return Err(ScratchError::UnknownLease {
                 lease: lease.to_owned(),
             });
@@ -561,10 +563,8 @@ impl Fscrypt {
     /// where the scratch is gone (`None`: not encrypted).
     fn leftover_key_of(&self, lease: &str) -> Result<Option<KeyIdentifier>, ScratchError> {
         let [logs, scratch] = self.lease_dirs(lease)?;
-        match fs::symlink_metadata(&scratch) {
-            Ok(m) if m.is_dir() => self.leftover_key(lease, &scratch),
-            _ => self.leftover_key(lease, &logs),
-        }
+        let dir = if is_real_dir(&scratch) { scratch } else { logs };
+        self.leftover_key(lease, &dir)
     }
 
     /// The key identifier a leftover directory's policy names (`None`: not encrypted).

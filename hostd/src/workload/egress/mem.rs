@@ -87,11 +87,7 @@ impl MemFirewall {
             cidrs: cidrs.clone(),
         });
         if st.fail_create {
-            return Err(EgressError::Command {
-                command: "ip netns add".to_owned(),
-                status: "exit status: 1".to_owned(),
-                stderr: "fake failure".to_owned(),
-            });
+            return Err(fake_failure("ip netns add"));
         }
         if st.leases.contains_key(lease) {
             return Err(EgressError::AlreadyExists {
@@ -171,11 +167,7 @@ impl Firewall for MemFirewall {
             lease: lease.to_owned(),
         });
         if st.fail_remove.as_deref() == Some(lease) {
-            return Err(EgressError::Command {
-                command: "nft delete table".to_owned(),
-                status: "exit status: 1".to_owned(),
-                stderr: "fake failure".to_owned(),
-            });
+            return Err(fake_failure("nft delete table"));
         }
         st.leases.remove(lease);
         Ok(())
@@ -194,5 +186,14 @@ impl Firewall for MemFirewall {
                 network: Some(net.clone()),
             })
             .collect())
+    }
+}
+
+/// What a failed command would give, for the failures a test asks for.
+fn fake_failure(command: &str) -> EgressError {
+    EgressError::Command {
+        command: command.to_owned(),
+        status: "exit status: 1".to_owned(),
+        stderr: "fake failure".to_owned(),
     }
 }

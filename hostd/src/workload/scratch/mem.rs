@@ -2,8 +2,8 @@
 //! and a record of every call.
 
 use super::{
-    delete_tree, logs_dir, private_dir, trees_bytes, unclaimed_leases, validate_lease, Erased,
-    Leftover, Scratch, ScratchError, LOGS_DIR,
+    delete_tree, is_real_dir, logs_dir, private_dir, trees_bytes, unclaimed_leases, validate_lease,
+    Erased, Leftover, Scratch, ScratchError, LOGS_DIR,
 };
 use std::collections::HashMap;
 use std::fs;
@@ -113,7 +113,7 @@ impl Scratch for MemScratch {
     fn logs(&self, lease: &str) -> Result<PathBuf, ScratchError> {
         let dir = logs_dir(&self.root, lease)?;
         let scratch = self.root.join(lease);
-        if !fs::symlink_metadata(&scratch).is_ok_and(|m| m.is_dir()) {
+        if !is_real_dir(&scratch) {
             return Err(ScratchError::UnknownLease {
                 lease: lease.to_owned(),
             });
@@ -166,10 +166,7 @@ impl Scratch for MemScratch {
             });
         }
         let dirs = self.lease_dirs(lease)?;
-        if !dirs
-            .iter()
-            .any(|d| fs::symlink_metadata(d).is_ok_and(|m| m.is_dir()))
-        {
+        if !dirs.iter().any(|d| is_real_dir(d)) {
             return Err(ScratchError::UnknownLease {
                 lease: lease.to_owned(),
             });
