@@ -168,9 +168,11 @@ fn an_ended_leases_gpu_waits_for_its_last_job() {
         &node,
         "hyd-speech",
         &la,
-        "trap '' TERM; while true; do sleep 0.2; done",
+        "trap '' TERM; echo trapped; while true; do sleep 0.2; done",
     );
-    wait_job(&node, &la, &j, |v| v["state"] == "running");
+    // "running" comes as soon as systemd started the unit, before the shell set its trap: a
+    // SIGTERM then would end it, so wait for the job to say the trap is set.
+    wait_logs(&node, "hyd-speech", &la, &j, "trapped");
     e2e::ok(&node.sovctl("hyd-speech", &["lease", "end", &la]));
     let (lb, gb) = lease(&node, "eu-bio");
     assert_ne!(gb, ga, "the ended lease's GPU was leased while its job ran");
@@ -199,7 +201,7 @@ fn a_suspended_tenant_starts_nothing_new() {
     create_tenants(&node);
     let (la, _) = lease(&node, "hyd-speech");
     let j = detached(&node, "hyd-speech", &la, "echo before; exec sleep 300");
-    wait_job(&node, &la, &j, |v| v["state"] == "running");
+    wait_logs(&node, "hyd-speech", &la, &j, "before");
     e2e::ok(&node.sovctl("operator", &["tenant", "suspend", "hyd-speech"]));
 
     let refused = |out: Output| {
@@ -237,6 +239,23 @@ fn a_suspended_tenant_starts_nothing_new() {
     assert!(logs.contains("before"), "{logs}");
     end_and_wait(&node, "hyd-speech", &la);
     wait_job(&node, &la, &j, |v| v["state"] == "killed");
+}
+
+/// Polls the job's output until it holds `marker` (bounded).
+fn wait_logs(node: &DevNode, tenant: &str, lease: &str, job: &str, marker: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = node.sovctl(tenant, &["job", "logs", "--lease", lease, job]);
+        let logs = String::from_utf8_lossy(&out.stdout);
+        if out.status.success() && logs.contains(marker) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the job never printed {marker}: {logs}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 pub(crate) fn end_and_wait(node: &DevNode, tenant: &str, lease: &str) {
