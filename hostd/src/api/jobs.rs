@@ -77,10 +77,7 @@ pub(super) async fn list_jobs(
 fn jobs_page(q: &JobsQuery) -> Result<(Option<&str>, usize), ApiError> {
     let bad = |m: String| ApiError::new(StatusCode::BAD_REQUEST, m);
     if let Some(a) = q.after.as_deref() {
-        let ok = (1..=64).contains(&a.len())
-            && a.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-        if !ok {
+        if !crate::workload::is_plain_name(a, 64) {
             return Err(bad(format!("after {a:?} is not a job id")));
         }
     }

@@ -215,7 +215,7 @@ impl<F: Firewall> Firewall for std::sync::Arc<F> {
 /// Checks a lease id: names of namespaces, interfaces and nft objects are derived from it, so
 /// it must not carry anything a command line or an nft script would read as syntax.
 pub fn validate_lease(lease: &str) -> Result<(), EgressError> {
-    if super::is_lease_name(lease, MAX_LEASE_ID) {
+    if super::is_plain_name(lease, MAX_LEASE_ID) {
         Ok(())
     } else {
         Err(EgressError::InvalidLease {

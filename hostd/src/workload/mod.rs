@@ -34,12 +34,13 @@ pub mod simload;
 pub mod uids;
 pub mod units;
 
-/// Whether `lease` is 1 to `max` characters of `[A-Za-z0-9_-]`: safe as a path component, a
-/// network namespace, interface or nftables name, so nothing derived from it reads as syntax.
-pub fn is_lease_name(lease: &str, max: usize) -> bool {
-    !lease.is_empty()
-        && lease.len() <= max
-        && lease
+/// Whether `name` (a lease or job id) is 1 to `max` characters of `[A-Za-z0-9_-]`: safe as a
+/// path component, a network namespace, interface or nftables name, or a place in the store's
+/// keys, so nothing derived from it reads as syntax.
+pub fn is_plain_name(name: &str, max: usize) -> bool {
+    !name.is_empty()
+        && name.len() <= max
+        && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }

@@ -181,7 +181,7 @@ pub trait Scratch: Send + Sync {
 /// Checks that `lease` is safe as one path component: `[A-Za-z0-9_-]{1,64}`, so no `..`, `/`
 /// or NUL can take a path out of the root.
 pub fn validate_lease(lease: &str) -> Result<(), ScratchError> {
-    if super::is_lease_name(lease, MAX_LEASE_LEN) {
+    if super::is_plain_name(lease, MAX_LEASE_LEN) {
         Ok(())
     } else {
         Err(ScratchError::BadLease {
