@@ -11,6 +11,11 @@
 //!   all principals together. Tenants can never take the slots kept for operators and
 //!   auditors.
 //! - **Requests in flight per principal** ([`InFlight`]): beyond it, 429 at once.
+//! - **A tenant's request rate** ([`RequestRate`]): a token bucket per tenant, so that one
+//!   tenant's loop of requests cannot take the node's time from the others, nor grow the
+//!   signed ledger (every download, listing and refused download is a `transfer` record) as
+//!   fast as it can send. Beyond it, 429 with `Retry-After`. Operators and auditors are not
+//!   rate-limited: they are few, and an export or a bill must not stall behind a quota.
 //!
 //! Refusals are counted and logged at most once per interval per kind ([`LogLimiter`]),
 //! never a line per connection.
@@ -223,6 +228,90 @@ impl InFlight {
     }
 }
 
+/// A tenant's sustained requests a second and the burst it may send at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rate {
+    /// Requests a second, sustained (at least 1).
+    pub per_sec: u32,
+    /// Requests that may come at once after a quiet spell (at least 1).
+    pub burst: u32,
+}
+
+impl Rate {
+    /// Time between two requests at the sustained rate.
+    fn interval(self) -> Duration {
+        Duration::from_secs(1) / self.per_sec.max(1)
+    }
+
+    /// How far ahead of the sustained rate a tenant may run: its burst less the one request.
+    fn tolerance(self) -> Duration {
+        self.interval() * (self.burst.max(1) - 1)
+    }
+}
+
+/// One tenant's bucket, kept as the generic cell rate algorithm keeps it: the time at which
+/// the tenant's requests so far would have been spent at the sustained rate (its theoretical
+/// arrival time). Whole durations, so waits are exact.
+#[derive(Debug, Clone, Copy)]
+struct Bucket {
+    tat: Instant,
+}
+
+impl Bucket {
+    /// Takes a request at `now`, or says how long until one may come.
+    fn take(&mut self, rate: Rate, now: Instant) -> Result<(), Duration> {
+        let tat = self.tat.max(now);
+        let ahead = tat - now;
+        if ahead > rate.tolerance() {
+            return Err(ahead - rate.tolerance());
+        }
+        self.tat = tat + rate.interval();
+        Ok(())
+    }
+
+    /// Whether the bucket has refilled by `now` (as if the tenant had never been seen).
+    fn is_full(&self, now: Instant) -> bool {
+        self.tat <= now
+    }
+}
+
+/// Tenants' request rates: one [`Bucket`] per tenant, none without a [`Rate`].
+#[derive(Debug)]
+pub struct RequestRate {
+    rate: Option<Rate>,
+    buckets: Mutex<HashMap<String, Bucket>>,
+}
+
+impl RequestRate {
+    /// Tenants held to `rate`; `None` lets every request through.
+    pub fn new(rate: Option<Rate>) -> Arc<RequestRate> {
+        Arc::new(RequestRate {
+            rate,
+            buckets: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Whether `p` may send a request at `now`: `Err` with the time until it may, for a
+    /// tenant that has spent its burst. Operators and auditors always may.
+    pub fn admit(&self, p: &Principal, now: Instant) -> Result<(), Duration> {
+        let Some(rate) = self.rate else {
+            return Ok(());
+        };
+        if p.role != Role::Tenant {
+            return Ok(());
+        }
+        let mut buckets = lock(&self.buckets);
+        // Forget tenants whose bucket has refilled: they are as if never seen.
+        if buckets.len() > 4096 {
+            buckets.retain(|_, b| !b.is_full(now));
+        }
+        buckets
+            .entry(p.name.clone())
+            .or_insert(Bucket { tat: now })
+            .take(rate, now)
+    }
+}
+
 /// At most one log line per kind per interval, with the count of events since the last one.
 #[derive(Debug)]
 pub struct LogLimiter {
@@ -317,6 +406,70 @@ mod tests {
         assert!(f.try_start(&p(Role::Operator, "o")).is_some());
         drop(a);
         assert!(f.try_start(&t).is_some());
+    }
+
+    /// A tenant sends its burst at once, then one request per 1/rate seconds; the wait it is
+    /// told is the time until its next token. Each tenant has its own bucket.
+    #[test]
+    fn a_tenants_requests_spend_a_burst_then_the_rate() {
+        let r = RequestRate::new(Some(Rate {
+            per_sec: 4,
+            burst: 3,
+        }));
+        let (t, other) = (p(Role::Tenant, "t"), p(Role::Tenant, "other"));
+        let t0 = Instant::now();
+        for _ in 0..3 {
+            assert_eq!(r.admit(&t, t0), Ok(()));
+        }
+        assert_eq!(r.admit(&t, t0), Err(Duration::from_millis(250)));
+        let later = t0 + Duration::from_millis(100);
+        assert_eq!(r.admit(&t, later), Err(Duration::from_millis(150)));
+        assert_eq!(
+            r.admit(&other, t0),
+            Ok(()),
+            "another tenant's bucket is its own"
+        );
+        assert_eq!(r.admit(&t, t0 + Duration::from_millis(250)), Ok(()));
+        assert!(r.admit(&t, t0 + Duration::from_millis(260)).is_err());
+        // A long quiet spell refills the burst, never more.
+        let quiet = t0 + Duration::from_secs(3600);
+        for _ in 0..3 {
+            assert_eq!(r.admit(&t, quiet), Ok(()));
+        }
+        assert!(r.admit(&t, quiet).is_err());
+    }
+
+    /// Operators and auditors are never rate-limited; without a rate, nobody is.
+    #[test]
+    fn only_tenants_are_rate_limited() {
+        let r = RequestRate::new(Some(Rate {
+            per_sec: 1,
+            burst: 1,
+        }));
+        let t0 = Instant::now();
+        for role in [Role::Operator, Role::Auditor] {
+            for _ in 0..100 {
+                assert_eq!(r.admit(&p(role, "x"), t0), Ok(()));
+            }
+        }
+        let off = RequestRate::new(None);
+        for _ in 0..100 {
+            assert_eq!(off.admit(&p(Role::Tenant, "t"), t0), Ok(()));
+        }
+    }
+
+    /// A clock read out of order (two requests racing to the lock) takes tokens and adds none.
+    #[test]
+    fn an_earlier_instant_adds_no_tokens() {
+        let r = RequestRate::new(Some(Rate {
+            per_sec: 1000,
+            burst: 1,
+        }));
+        let t = p(Role::Tenant, "t");
+        let t0 = Instant::now() + Duration::from_secs(1);
+        assert_eq!(r.admit(&t, t0), Ok(()));
+        assert!(r.admit(&t, t0 - Duration::from_millis(500)).is_err());
+        assert_eq!(r.admit(&t, t0 + Duration::from_millis(1)), Ok(()));
     }
 
     #[test]

@@ -81,6 +81,21 @@ pub struct ApiConfig {
     pub max_body_bytes: usize,
     /// Seconds a client has to send a whole request body. Default 10.
     pub body_deadline_secs: u64,
+    /// Requests a second each tenant may send, sustained; beyond it (and its burst), 429 with
+    /// `Retry-After`. 0 turns the limit off. Default 100.
+    pub tenant_requests_per_sec: u32,
+    /// Requests a tenant may send at once after a quiet spell. Default 1,000.
+    pub tenant_request_burst: u32,
+}
+
+impl ApiConfig {
+    /// The rate each tenant is held to, `None` when `tenant_requests_per_sec` is 0.
+    pub fn tenant_rate(&self) -> Option<crate::admission::Rate> {
+        (self.tenant_requests_per_sec > 0).then_some(crate::admission::Rate {
+            per_sec: self.tenant_requests_per_sec,
+            burst: self.tenant_request_burst,
+        })
+    }
 }
 
 impl Default for ApiConfig {
@@ -93,6 +108,8 @@ impl Default for ApiConfig {
             key: PathBuf::from("/etc/hostd/tls/server/key.pem"),
             max_body_bytes: 64 * 1024,
             body_deadline_secs: 10,
+            tenant_requests_per_sec: 100,
+            tenant_request_burst: 1000,
         }
     }
 }
@@ -567,6 +584,18 @@ impl Config {
                 "must be between 1 KiB and 16 MiB".into(),
             ));
         }
+        if self.api.tenant_requests_per_sec > 1_000_000 {
+            return Err(invalid(
+                "api.tenant_requests_per_sec",
+                "must be at most 1000000 (0 turns the limit off)".into(),
+            ));
+        }
+        if !(1..=1_000_000).contains(&self.api.tenant_request_burst) {
+            return Err(invalid(
+                "api.tenant_request_burst",
+                "must be between 1 and 1000000".into(),
+            ));
+        }
         self.workloads
             .validate()
             .map_err(|(field, m)| invalid(field, m))
@@ -688,6 +717,31 @@ L4 = 60
             let text = format!("{MIN}\n[attestation]\ntpm = \"{bad}\"\n");
             let e = Config::from_toml(&text, Path::new("x.toml")).unwrap_err();
             assert!(e.to_string().contains("tpm"), "{e}");
+        }
+    }
+
+    /// Tenants are rate-limited unless the operator says 0; a burst of 0 would refuse every
+    /// request and is an error, not a silent lock-out.
+    #[test]
+    fn tenant_request_rate() {
+        let c = Config::from_toml(MIN, Path::new("x.toml")).unwrap();
+        let rate = crate::admission::Rate {
+            per_sec: 100,
+            burst: 1000,
+        };
+        assert_eq!(c.api.tenant_rate(), Some(rate));
+        let text = format!("{MIN}\n[api]\ntenant_requests_per_sec = 0\n");
+        let c = Config::from_toml(&text, Path::new("x.toml")).unwrap();
+        assert_eq!(c.api.tenant_rate(), None);
+        for (key, bad) in [
+            ("tenant_request_burst", "0"),
+            ("tenant_request_burst", "1000001"),
+            ("tenant_requests_per_sec", "1000001"),
+            ("tenant_requests_per_sec", "-1"),
+        ] {
+            let text = format!("{MIN}\n[api]\n{key} = {bad}\n");
+            let e = Config::from_toml(&text, Path::new("x.toml")).unwrap_err();
+            assert!(e.to_string().contains(key), "{key} = {bad}: {e}");
         }
     }
 

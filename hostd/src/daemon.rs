@@ -321,6 +321,7 @@ pub async fn run(node: Node, workloads: WorkloadSetup) -> Result<()> {
     };
     let options = tls::ServeOptions {
         shutdown_grace: Duration::from_secs(8),
+        tenant_rate: cfg.api.tenant_rate(),
         ..Default::default()
     };
     let server = tokio::spawn(tls::serve_with(

@@ -40,7 +40,9 @@ use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
-use crate::admission::{Admission, HandshakeSlot, Handshaking, InFlight, Limits, LogLimiter};
+use crate::admission::{
+    Admission, HandshakeSlot, Handshaking, InFlight, Limits, LogLimiter, Rate, RequestRate,
+};
 use crate::principal::Principal;
 
 /// The only application protocol spoken over the TLS channel.
@@ -203,6 +205,9 @@ pub struct ServeOptions {
     pub max_connections_per_principal: usize,
     /// Requests of one principal in flight at once; more are answered 429 at once.
     pub max_requests_per_principal: usize,
+    /// Each tenant's request rate; beyond it, 429 with `Retry-After`. None here: hostd takes
+    /// it from `[api] tenant_requests_per_sec` and `tenant_request_burst`.
+    pub tenant_rate: Option<Rate>,
     /// Connections still in the TLS handshake; when full, the oldest is dropped.
     pub max_handshaking: usize,
     /// Time a client gets to complete the TLS handshake.
@@ -226,6 +231,7 @@ impl Default for ServeOptions {
             max_tenant_connections: 768,
             max_connections_per_principal: 32,
             max_requests_per_principal: 16,
+            tenant_rate: None,
             max_handshaking: 512,
             handshake_timeout: Duration::from_secs(5),
             header_read_timeout: Duration::from_secs(30),
@@ -289,6 +295,7 @@ pub async fn serve_with(
             per_principal: options.max_connections_per_principal.max(1),
         }),
         in_flight: InFlight::new(options.max_requests_per_principal),
+        rate: RequestRate::new(options.tenant_rate),
         logs: logs.clone(),
     };
     let mut connections = JoinSet::new();
@@ -397,6 +404,7 @@ struct Connection {
     handshake_timeout: Duration,
     admission: Arc<Admission>,
     in_flight: Arc<InFlight>,
+    rate: Arc<RequestRate>,
     logs: Arc<LogLimiter>,
 }
 
@@ -412,6 +420,42 @@ fn too_many_requests() -> axum::response::Response {
         axum::Json(body),
     )
         .into_response()
+}
+
+/// A 429 answered without running the handler: the tenant has spent its burst, and may send
+/// its next request after `wait` (rounded up to whole seconds, as `Retry-After` counts).
+fn over_rate(wait: Duration) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    let secs = secs.max(1);
+    let body = hostd_api::answer::ErrorBody::new(format!(
+        "too many requests from this tenant: over its request rate; retry in {secs} s"
+    ));
+    (
+        axum::http::StatusCode::TOO_MANY_REQUESTS,
+        [(axum::http::header::RETRY_AFTER, secs.to_string())],
+        axum::Json(body),
+    )
+        .into_response()
+}
+
+/// Whether `principal` may send a request now ([`RequestRate::admit`]); refusals are logged
+/// at most once per interval.
+fn within_rate(
+    rate: &RequestRate,
+    logs: &LogLimiter,
+    principal: &Principal,
+    peer: SocketAddr,
+) -> Result<(), Duration> {
+    let now = std::time::Instant::now();
+    let admitted = rate.admit(principal, now);
+    if let Err(wait) = admitted {
+        if let Some(n) = logs.hit("over-rate", now) {
+            tracing::warn!(%peer, principal = %principal, wait_ms = wait.as_millis() as u64,
+                events = n, "request refused: tenant over its request rate");
+        }
+    }
+    admitted
 }
 
 impl Connection {
@@ -505,14 +549,18 @@ impl Connection {
         peer: SocketAddr,
     ) {
         let app = self.app;
-        let in_flight = self.in_flight;
+        let (in_flight, rate, logs) = (self.in_flight, self.rate, self.logs.clone());
         let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
-            let permit = in_flight.try_start(&principal);
+            let admitted = within_rate(&rate, &logs, &principal, peer);
+            let permit = admitted.is_ok().then(|| in_flight.try_start(&principal));
             req.extensions_mut().insert(principal.clone());
             req.extensions_mut().insert(ConnectInfo(peer));
             let app = app.clone();
             async move {
-                let Some(_permit) = permit else {
+                if let Err(wait) = admitted {
+                    return Ok(over_rate(wait));
+                }
+                let Some(Some(_permit)) = permit else {
                     return Ok(too_many_requests());
                 };
                 app.oneshot(req).await

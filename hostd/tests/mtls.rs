@@ -11,6 +11,7 @@ use std::time::Duration;
 use axum::extract::{ConnectInfo, Extension, State};
 use axum::routing::get;
 use axum::{Json, Router};
+use hostd::admission::Rate;
 use hostd::pki::{issue_client, CertificateAuthority, DevPki, IssuedCert, Validity};
 use hostd::principal::{Principal, Role};
 use hostd::tls::{self, ServeOptions};
@@ -37,14 +38,19 @@ struct Node {
     hits: Arc<AtomicUsize>,
     /// Notified when `/v1/slow` has started.
     slow_started: Arc<Notify>,
+    /// (path, bytes) of every upload that reached its handler.
+    uploads: Uploads,
     stop: Option<oneshot::Sender<()>>,
     server: JoinHandle<std::io::Result<()>>,
 }
+
+type Uploads = Arc<std::sync::Mutex<Vec<(String, usize)>>>;
 
 #[derive(Clone)]
 struct AppState {
     hits: Arc<AtomicUsize>,
     slow_started: Arc<Notify>,
+    uploads: Uploads,
 }
 
 fn app(state: AppState) -> Router {
@@ -64,6 +70,20 @@ fn app(state: AppState) -> Router {
         tokio::time::sleep(Duration::from_millis(400)).await;
         Json(json!({"slow": "done"}))
     }
+    /// Stands in for hostd's upload route: the whole body, its path and length kept.
+    async fn upload(
+        State(state): State<AppState>,
+        axum::extract::Path((_, path)): axum::extract::Path<(String, String)>,
+        body: axum::body::Bytes,
+    ) -> (axum::http::StatusCode, Json<Value>) {
+        state
+            .uploads
+            .lock()
+            .unwrap()
+            .push((path.clone(), body.len()));
+        let written = json!({"path": path, "bytes": body.len()});
+        (axum::http::StatusCode::CREATED, Json(written))
+    }
     async fn export() -> Vec<u8> {
         (0..EXPORT_LEN).map(|i| (i % 251) as u8).collect()
     }
@@ -73,6 +93,7 @@ fn app(state: AppState) -> Router {
         .route("/v1/slow", get(slow))
         .route("/v1/export", get(export))
         .route("/v1/text", get(|| async { "plain text" }))
+        .route("/v1/leases/{id}/files/{*path}", axum::routing::put(upload))
         .with_state(state)
 }
 
@@ -101,6 +122,7 @@ async fn start_with(options: ServeOptions) -> Node {
     .unwrap();
     let hits = Arc::new(AtomicUsize::new(0));
     let slow_started = Arc::new(Notify::new());
+    let uploads = Uploads::default();
     let (stop, stopped) = oneshot::channel::<()>();
     let server = tokio::spawn(tls::serve_with(
         listener,
@@ -109,6 +131,7 @@ async fn start_with(options: ServeOptions) -> Node {
         app(AppState {
             hits: hits.clone(),
             slow_started: slow_started.clone(),
+            uploads: uploads.clone(),
         }),
         async move {
             let _ = stopped.await;
@@ -122,6 +145,7 @@ async fn start_with(options: ServeOptions) -> Node {
         url,
         hits,
         slow_started,
+        uploads,
         stop: Some(stop),
         server,
     }
@@ -694,4 +718,91 @@ async fn a_tenant_cannot_take_the_operators_connections() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let (status, _) = node.client("acme").get("/v1/whoami").await.unwrap();
     assert_eq!(status, 200);
+}
+
+fn rate(per_sec: u32, burst: u32) -> ServeOptions {
+    ServeOptions {
+        tenant_rate: Some(Rate { per_sec, burst }),
+        ..ServeOptions::default()
+    }
+}
+
+/// A tenant past its burst is answered 429, saying when to come back, before any handler
+/// runs; operators and auditors are not held to a rate; a client that waits as told gets
+/// every answer, each request handled once.
+#[tokio::test]
+async fn a_tenant_over_its_request_rate_is_told_when_to_come_back() {
+    let node = start_with(rate(2, 2)).await;
+    let impatient = node.client("acme").with_throttle_wait(Duration::ZERO);
+    for _ in 0..2 {
+        assert_eq!(impatient.get("/v1/whoami").await.unwrap().0, 200);
+    }
+    let (status, body) = impatient.get("/v1/whoami").await.unwrap();
+    assert_eq!(status, 429, "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("request rate; retry in 1 s"),
+        "{body}"
+    );
+    assert_eq!(node.hits.load(Ordering::SeqCst), 2);
+    for name in ["ops", "eve"] {
+        let c = node.client(name).with_throttle_wait(Duration::ZERO);
+        for _ in 0..10 {
+            assert_eq!(c.get("/v1/whoami").await.unwrap().0, 200, "{name}");
+        }
+    }
+    let patient = node.client("acme");
+    let started = std::time::Instant::now();
+    for _ in 0..3 {
+        assert_eq!(patient.get("/v1/whoami").await.unwrap().0, 200);
+    }
+    assert!(started.elapsed() >= Duration::from_millis(900));
+    assert_eq!(node.hits.load(Ordering::SeqCst), 2 + 20 + 3);
+}
+
+/// `sovctl cp -r` of more files than the tenant's burst goes at its rate: every file is sent
+/// again, whole, after the wait the node asked for, and each arrives exactly once.
+#[tokio::test]
+async fn a_throttled_recursive_copy_sends_every_file_once() {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Cp {
+        #[command(flatten)]
+        args: sovctl::cli::cp::CpArgs,
+    }
+    let node = start_with(rate(3, 2)).await;
+    let local = tempfile::tempdir().unwrap();
+    let mut want = Vec::new();
+    for i in 0..7 {
+        let name = format!("f{i}");
+        std::fs::write(local.path().join(&name), vec![b'x'; 1000 + i]).unwrap();
+        want.push((format!("in/{name}"), 1000 + i));
+    }
+    let src = local.path().to_str().unwrap();
+    let cp = Cp::parse_from(["cp", "-q", "-r", src, "lease-1:in"]).args;
+    let started = std::time::Instant::now();
+    let exit = sovctl::cli::cp::cp(node.client("acme"), cp, true).await;
+    assert!(exit.is_ok(), "{:?}", exit.err().map(|f| f.message));
+    assert!(started.elapsed() >= Duration::from_secs(1), "the rate held");
+    let mut got = node.uploads.lock().unwrap().clone();
+    got.sort();
+    assert_eq!(got, want);
+    // Told to wait longer than it may, the client gives the refusal to its caller.
+    let impatient = node.client("acme").with_throttle_wait(Duration::ZERO);
+    for _ in 0..3 {
+        let _ = impatient.get("/v1/whoami").await;
+    }
+    let file = tokio::fs::File::open(local.path().join("f0"))
+        .await
+        .unwrap();
+    let refused = impatient.upload("lease-1", "x", file, 1000, |_| {}).await;
+    match refused {
+        Err(ClientError::Throttled { after, body }) => {
+            assert_eq!(after, Duration::from_secs(1));
+            assert!(body.error.contains("request rate"), "{}", body.error);
+        }
+        other => panic!("{other:?}"),
+    }
 }

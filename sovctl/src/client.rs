@@ -51,6 +51,9 @@ pub const MAX_BYTES: usize = 1024 * 1024 * 1024;
 /// Default time allowed to connect, and between two pieces of a response.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default time one request may spend, in all, waiting as a throttling node asks (429 with
+/// `Retry-After`) before the refusal is given to the caller.
+pub const DEFAULT_THROTTLE_WAIT: Duration = Duration::from_secs(60);
 
 /// Why a profile could not be loaded or a request failed. Messages are meant for operators.
 #[derive(Debug, thiserror::Error)]
@@ -103,6 +106,10 @@ pub enum ClientError {
     /// The node answered with an error: the request was understood and refused.
     #[error("{} ({status}){}", body.error, reasons(body))]
     Api { status: u16, body: ErrorBody },
+    /// The node refused an upload for now (429) and said when to send it again; the caller,
+    /// who holds the file, sends it again ([`Client::throttle_wait`]).
+    #[error("{} (429)", body.error)]
+    Throttled { after: Duration, body: ErrorBody },
     #[error("the node's answer (HTTP {status}) does not have the expected shape")]
     Shape {
         status: u16,
@@ -128,6 +135,7 @@ pub struct Client {
     connector: TlsConnector,
     conn: tokio::sync::Mutex<Option<SendRequest<Full<Bytes>>>>,
     timeout: Duration,
+    throttle_wait: Duration,
 }
 
 impl std::fmt::Debug for Client {
@@ -156,7 +164,20 @@ impl Client {
             connector: TlsConnector::from(config),
             conn: tokio::sync::Mutex::new(None),
             timeout: DEFAULT_TIMEOUT,
+            throttle_wait: DEFAULT_THROTTLE_WAIT,
         })
+    }
+
+    /// Sets how long one request may wait, in all, as a throttling node asks (429 with
+    /// `Retry-After`) before the 429 is answered to the caller; zero never waits.
+    pub fn with_throttle_wait(mut self, wait: Duration) -> Client {
+        self.throttle_wait = wait;
+        self
+    }
+
+    /// How long one request may wait, in all, for a throttling node.
+    pub fn throttle_wait(&self) -> Duration {
+        self.throttle_wait
     }
 
     /// Sets the time allowed to connect and between two pieces of a response.
@@ -309,6 +330,9 @@ impl Client {
         self.send_typed(method, path, body, None).await
     }
 
+    /// Sends the request, and again as long as the node throttles it (429 with
+    /// `Retry-After`, answered before the request ran, so sending it again is safe) and the
+    /// waits fit in [`Client::throttle_wait`].
     async fn send_typed(
         &self,
         method: Method,
@@ -316,10 +340,31 @@ impl Client {
         body: Option<Vec<u8>>,
         content_type: Option<&str>,
     ) -> Result<Response<Incoming>, ClientError> {
+        let mut waited = Duration::ZERO;
+        loop {
+            let response = self.send_once(&method, path, &body, content_type).await?;
+            match retry_after(&response) {
+                Some(after) if waited + after <= self.throttle_wait => {
+                    self.collect(response.into_body(), MAX_JSON_BYTES).await?;
+                    tokio::time::sleep(after).await;
+                    waited += after;
+                }
+                _ => return Ok(response),
+            }
+        }
+    }
+
+    async fn send_once(
+        &self,
+        method: &Method,
+        path: &str,
+        body: &Option<Vec<u8>>,
+        content_type: Option<&str>,
+    ) -> Result<Response<Incoming>, ClientError> {
         if !path.starts_with('/') {
             return Err(ClientError::BadPath(path.to_owned()));
         }
-        let mut request = self.request(&method, path, &body, content_type)?;
+        let mut request = self.request(method, path, body, content_type)?;
         let mut conn = self.conn.lock().await;
         // At most two attempts, and the second only when the first provably sent nothing.
         for attempt in 0..2 {
@@ -461,6 +506,21 @@ fn received_alert(e: &(dyn StdError + 'static)) -> Option<String> {
 }
 
 /// The reasons of a policy refusal, one per line, for [`ClientError::Api`]'s message.
+/// The wait a throttling node asks for: a 429's `Retry-After` in seconds (the HTTP-date form
+/// is not one hostd sends, and is not waited for).
+fn retry_after<B>(response: &Response<B>) -> Option<Duration> {
+    if response.status() != hyper::StatusCode::TOO_MANY_REQUESTS {
+        return None;
+    }
+    let secs = response.headers().get(hyper::header::RETRY_AFTER)?;
+    secs.to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+        .map(Duration::from_secs)
+}
+
 fn reasons(body: &ErrorBody) -> String {
     let mut s = String::new();
     for r in body.reasons.iter().flatten() {
@@ -731,8 +791,14 @@ impl Client {
             .await_moving(sender.send_request(request), &activity)
             .await?;
         let status = response.status().as_u16();
+        let after = retry_after(&response);
         let bytes = self.collect(response.into_body(), MAX_JSON_BYTES).await?;
-        typed(status, decode_json(status, &bytes)?)
+        match (typed(status, decode_json(status, &bytes)?), after) {
+            (Err(ClientError::Api { body, .. }), Some(after)) => {
+                Err(ClientError::Throttled { after, body })
+            }
+            (answer, _) => answer,
+        }
     }
 
     /// The answer to an upload, given up only when the body has not moved for the timeout.

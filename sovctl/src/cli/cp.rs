@@ -18,7 +18,7 @@
 //! file or connection error.
 
 use super::{print_json, CmdResult, Exit, Fail};
-use crate::client::Client;
+use crate::client::{Client, ClientError};
 use attest::report::report;
 use clap::Args;
 use hostd_api::file::FileWritten;
@@ -152,7 +152,9 @@ async fn upload(
     Ok(Exit::Ok)
 }
 
-/// One file up, the bar moving on from where the files before it left it.
+/// One file up, the bar moving on from where the files before it left it; sent again, from
+/// its start, while the node throttles it and the waits fit in the client's
+/// [`Client::throttle_wait`] (a `cp -r` of many small files goes at the tenant's request rate).
 async fn upload_one(
     c: &Client,
     src: &Path,
@@ -160,29 +162,37 @@ async fn upload_one(
     remote: &str,
     bar: &ProgressBar,
 ) -> Result<FileWritten, Fail> {
-    let file = tokio::fs::File::open(src).await.map_err(|e| {
+    let base = bar.position();
+    let mut waited = std::time::Duration::ZERO;
+    loop {
+        let (file, len) = open_source(src).await?;
+        let b = bar.clone();
+        let sent = c.upload(lease, remote, file, len, move |n| b.set_position(base + n));
+        match sent.await {
+            Err(ClientError::Throttled { after, .. }) if waited + after <= c.throttle_wait() => {
+                bar.set_position(base);
+                tokio::time::sleep(after).await;
+                waited += after;
+            }
+            answer => return Ok(answer?),
+        }
+    }
+}
+
+/// The file to send, and its length now.
+async fn open_source(src: &Path) -> Result<(tokio::fs::File, u64), Fail> {
+    let cannot = |what: &str, e: std::io::Error| {
         Fail::usage(format!(
-            "cannot open {}: {e}",
+            "cannot {what} {}: {e}",
             src.display(),
             e = report(&e)
         ))
-    })?;
-    let len = file
-        .metadata()
+    };
+    let file = tokio::fs::File::open(src)
         .await
-        .map_err(|e| {
-            Fail::usage(format!(
-                "cannot read {}: {e}",
-                src.display(),
-                e = report(&e)
-            ))
-        })?
-        .len();
-    let (b, base) = (bar.clone(), bar.position());
-    Ok(
-        c.upload(lease, remote, file, len, move |n| b.set_position(base + n))
-            .await?,
-    )
+        .map_err(|e| cannot("open", e))?;
+    let len = file.metadata().await.map_err(|e| cannot("read", e))?.len();
+    Ok((file, len))
 }
 
 /// The regular files under `dir` as (local path, remote path under `target`, bytes), sorted.

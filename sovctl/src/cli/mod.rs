@@ -83,7 +83,7 @@ impl From<ClientError> for Fail {
     /// A refusal by the node is exit 1; failing to reach it or to understand it is exit 2.
     fn from(e: ClientError) -> Fail {
         match e {
-            ClientError::Api { .. } => Fail::bad(report(&e)),
+            ClientError::Api { .. } | ClientError::Throttled { .. } => Fail::bad(report(&e)),
             other => Fail::usage(report(&other)),
         }
     }
