@@ -133,12 +133,12 @@ pub fn prepare(args: &DevArgs) -> Result<Config> {
     let config_path = dir.join("hostd.toml");
     let text = dev_config(args, lib, &verifier_pub);
     // Checked before it is written, so that flags out of range (`--time-scale 0`) leave the
-    // folder's config as it was.
-    Config::from_toml(&text, &config_path)
+    // folder's config as it was; what is written is what was checked, so it is not read back.
+    let mut cfg = Config::from_toml(&text, &config_path)
         .context("the flags of `hostd dev` (--time-scale, --interval, --listen) are not valid")?;
     std::fs::write(&config_path, text)
         .with_context(|| format!("writing {}", config_path.display()))?;
-    let cfg = Config::load(&config_path)?;
+    cfg.source = Some(config_path);
     simulation_env(&dir, args)?;
     prepare_attestation(&dir, &cfg)?;
     Ok(cfg)
