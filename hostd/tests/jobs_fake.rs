@@ -672,3 +672,55 @@ async fn a_stop_systemd_refused_is_asked_again() {
     })
     .await;
 }
+
+/// A restarted hostd takes back its jobs from a store holding more records than one read
+/// (every job a node ever ran stays on record): a job whose unit still runs is re-adopted,
+/// one whose unit vanished is `lost`, a job unit with no record is stopped, and the
+/// finished records are left as they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_takes_back_jobs_past_a_page_of_finished_records() {
+    let f = fixture().await;
+    let jobs = controller(&f, firewall()).await;
+    let l = known_lease(&f, "lease-r");
+    let keep = jobs.start(&l, job()).await.unwrap().id;
+    let gone = jobs.start(&l, job()).await.unwrap().id;
+    let orphan = jobs.start(&l, job()).await.unwrap().id;
+    jobs.refresh().await.unwrap();
+    drop(jobs);
+    // While hostd is down: one job's unit vanishes, one job's record is lost.
+    f.units
+        .lock()
+        .unwrap()
+        .remove(&format!("sovereign-job-{gone}.service"));
+    let tree = f.node.store().tree("jobs").unwrap();
+    tree.remove(&format!("lease-r/{orphan}")).unwrap();
+    // 1,100 finished jobs of the past, sorting before the three (their ids start earlier).
+    let template: serde_json::Value = tree.get(&format!("lease-r/{keep}")).unwrap().unwrap();
+    for i in 0..1100u32 {
+        let id = format!("job-000000000000{i:016x}");
+        let mut old = template.clone();
+        old["job"]["id"] = id.clone().into();
+        old["job"]["state"] = "exited".into();
+        old["unit"] = format!("sovereign-job-{id}.service").into();
+        tree.put(&format!("lease-r/{id}"), &old).unwrap();
+    }
+
+    let jobs = controller(&f, firewall()).await;
+    jobs.adopt().await.unwrap();
+    assert_eq!(jobs.get("lease-r", &keep).unwrap().state, JobState::Running);
+    assert_eq!(jobs.get("lease-r", &gone).unwrap().state, JobState::Lost);
+    let units = f.units.lock().unwrap();
+    let (_, state) = &units[&format!("sovereign-job-{orphan}.service")];
+    assert_eq!(
+        state.lock().unwrap().active,
+        "inactive",
+        "the orphan was stopped"
+    );
+    let (_, state) = &units[&format!("sovereign-job-{keep}.service")];
+    assert_eq!(state.lock().unwrap().active, "active");
+    drop(units);
+    let (page, _) = jobs.page("lease-r", None, 1000).unwrap();
+    assert!(page.iter().all(|j| j.state == JobState::Exited));
+    let (all, _) = jobs.page("lease-r", None, 2000).unwrap();
+    assert_eq!(all.len(), 1102);
+}

@@ -232,6 +232,30 @@ impl JsonTree {
         Ok(out)
     }
 
+    /// Every value whose key starts with `prefix`, in key order, given to `f` one at a time
+    /// and read `page` at a time: for trees that grow without bound (every job a node ever
+    /// ran), where reading them whole into memory would grow with them.
+    pub fn for_each<T: DeserializeOwned>(
+        &self,
+        prefix: &str,
+        page: usize,
+        mut f: impl FnMut(T),
+    ) -> Result<(), StoreError> {
+        let page = page.max(1);
+        let mut after: Option<String> = None;
+        loop {
+            let values = self.scan_page::<T>(prefix, after.as_deref(), page)?;
+            let full = values.len() == page;
+            for (key, value) in values {
+                f(value);
+                after = Some(key);
+            }
+            if !full {
+                return Ok(());
+            }
+        }
+    }
+
     /// The keys that start with `prefix`, in order.
     pub fn keys(&self, prefix: &str) -> Result<Vec<String>, StoreError> {
         Ok(self
@@ -307,6 +331,33 @@ mod tests {
             assert_eq!(t.get::<i32>("cursor/b/g").unwrap(), None);
             t.remove("lease/a").unwrap();
             assert_eq!(t.scan::<i32>("lease/").unwrap(), vec![2]);
+        }
+    }
+
+    /// `for_each` sees every value of a prefix once, in key order, whether the values fill
+    /// their last page or not, in both trees.
+    #[test]
+    fn for_each_reads_every_value_once_a_page_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path()).unwrap();
+        for t in [s.tree("t").unwrap(), JsonTree::in_memory("t")] {
+            t.put("a/0", &-1).unwrap();
+            t.put("c/0", &-2).unwrap();
+            for n in [0, 1, 3, 7, 9] {
+                for i in 0..n {
+                    t.put(&format!("b/{n}/{i}"), &i).unwrap();
+                }
+                for page in [1, 3, 9, 100] {
+                    let mut seen = Vec::new();
+                    t.for_each::<i32>(&format!("b/{n}/"), page, |v| seen.push(v))
+                        .unwrap();
+                    assert_eq!(
+                        seen,
+                        (0..n).collect::<Vec<_>>(),
+                        "{n} values, pages of {page}"
+                    );
+                }
+            }
         }
     }
 

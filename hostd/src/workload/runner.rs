@@ -100,6 +100,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Job records read at a time when hostd takes back its jobs at start.
+const ADOPT_PAGE: usize = 1024;
+
 impl<U: UnitManager, F: Firewall> Jobs<U, F> {
     /// The controller over `units`, `firewall` and `scratch`, with its state in `node`'s
     /// store.
@@ -180,12 +183,19 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
             .map_err(|e| internal("listing job units", e))?
             .into_iter()
             .collect();
+        // Every job the node ever ran is on record, so they are read a page at a time and
+        // only the unfinished ones (and which loaded units have a record) are kept.
         let mut known = BTreeSet::new();
-        for mut s in self.tree.all::<StoredJob>()? {
-            known.insert(s.unit.clone());
-            if s.job.state.is_final() {
-                continue;
+        let mut unfinished = Vec::new();
+        self.tree.for_each::<StoredJob>("", ADOPT_PAGE, |s| {
+            if loaded.contains(&s.unit) {
+                known.insert(s.unit.clone());
             }
+            if !s.job.state.is_final() {
+                unfinished.push(s);
+            }
+        })?;
+        for mut s in unfinished {
             if loaded.contains(&s.unit) {
                 self.readopt(&s).await;
             } else {
