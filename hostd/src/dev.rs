@@ -61,7 +61,7 @@ pub const DEV_PRINCIPALS: [(Role, &str); 4] = [
 ];
 
 /// The dev residency policy (after the seed scenario of docs/policy.md).
-const DEV_POLICY: &str = include_str!("dev-policy.toml");
+pub(crate) const DEV_POLICY: &str = include_str!("dev-policy.toml");
 
 fn write_if_missing(path: &Path, text: &str) -> Result<()> {
     if !path.exists() {
@@ -358,7 +358,7 @@ fn simulated_gpu_references(dir: &Path) -> Result<()> {
 /// Signs `policy.toml` with the dev policy authority (created on first use), so that the dev
 /// node runs the same signed-policy path as production. An edited policy is re-signed; the
 /// node still refuses it if its version was not raised (rollback protection).
-fn sign_dev_policy(dir: &Path) -> Result<()> {
+pub(crate) fn sign_dev_policy(dir: &Path) -> Result<()> {
     use rand_core::{OsRng, RngCore};
     let key_path = dir.join("policy-authority.key");
     let key = if key_path.exists() {

@@ -8,7 +8,7 @@
 //! that data, so the format is tested without a node.
 
 use crate::gpu::{GpuInfo, GpuSample};
-use crate::lease::{Lease, LeaseState};
+use crate::lease::Lease;
 use crate::node::{holder, Node};
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
@@ -25,8 +25,8 @@ fn esc(v: &str) -> String {
 /// no `hostd_leases_active` row rather than a false 0.
 pub fn render(node: &Node) -> String {
     let host = esc(&node.config().node.name);
-    let readable = node.leases_if_readable();
-    let active = readable.as_deref().map(active_leases);
+    let readable = node.active_leases_if_readable();
+    let active = readable.as_ref().map(|l| l.len() as u64);
     let leases = readable.unwrap_or_default();
     // An inventory that cannot be read is said as such, not as a node without GPUs.
     let inventory = node.inventory();
@@ -43,13 +43,6 @@ pub fn render(node: &Node) -> String {
     let mut out = render_gpus(&scrapes);
     render_counters(&mut out, &host, &node_counters(node, active, inventory_up));
     out
-}
-
-fn active_leases(leases: &[Lease]) -> u64 {
-    leases
-        .iter()
-        .filter(|l| l.state == LeaseState::Active)
-        .count() as u64
 }
 
 /// One GPU at this scrape: its inventory, its labels, and its sample if NVML answered.

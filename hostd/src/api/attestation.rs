@@ -9,10 +9,7 @@ use hostd_api::answer::{AttestationRequest, EvidenceAnswer};
 pub(super) fn may_attest(node: &Node, p: &Principal) -> Result<bool, NodeError> {
     Ok(match p.role {
         Role::Operator | Role::Auditor => true,
-        Role::Tenant => node
-            .leases()?
-            .iter()
-            .any(|l| l.tenant == p.name && l.state == crate::lease::LeaseState::Active),
+        Role::Tenant => node.active_leases()?.iter().any(|l| l.tenant == p.name),
     })
 }
 

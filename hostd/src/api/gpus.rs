@@ -8,7 +8,7 @@ pub(super) async fn list_gpus(
     Extension(p): Extension<Principal>,
 ) -> ApiResult<Json<GpuList>> {
     Access(&p).reader("list the node's GPUs")?;
-    let (gpus, leases) = blocking(&node, |n| Ok((n.inventory()?, n.leases()?))).await?;
+    let (gpus, leases) = blocking(&node, |n| Ok((n.inventory()?, n.active_leases()?))).await?;
     let gpus = gpus
         .into_iter()
         .map(|gpu| GpuEntry {

@@ -137,11 +137,3 @@ fn a_counter_not_known_at_this_scrape_has_no_row_rather_than_a_false_zero() {
     assert!(out.contains("# TYPE hostd_leases_active gauge\n"), "{out}");
     assert!(!out.contains("hostd_leases_active{"), "{out}");
 }
-
-#[test]
-fn active_leases_counts_only_active_ones() {
-    let mut ended = lease("L-2", "t");
-    ended.state = LeaseState::Ended;
-    assert_eq!(active_leases(&[lease("L-1", "t"), ended]), 1);
-    assert_eq!(active_leases(&[]), 0);
-}

@@ -2,17 +2,87 @@
 
 use super::*;
 use attest::report::report;
+use std::collections::BTreeSet;
+
+/// What the node keeps in memory about its leases so that the frequent readers (metering every
+/// tick, placement, `/metrics`, `/v1/gpus`) read the active leases rather than every lease it
+/// ever had, which grows for as long as the node runs.
+///
+/// Built from the whole lease table when the node opens (which reads it anyway), then kept as
+/// a superset: an id is added before its lease is written, and removed only once it is read
+/// as ended; a GPU is added when metering marks it faulty, before that is written. So a
+/// failed write can make it name a lease that is not active (skipped when read) or hold back
+/// a GPU that did not fail (until the next start), never miss an active lease or a failed GPU.
+#[derive(Debug, Default)]
+pub(super) struct LeaseIndex {
+    /// Every active lease, and perhaps some that have ended since.
+    maybe_active: BTreeSet<String>,
+    /// Every GPU that failed in a lease: not leased again.
+    faulted: BTreeSet<String>,
+}
+
+impl LeaseIndex {
+    pub(super) fn of(leases: &[Lease]) -> LeaseIndex {
+        LeaseIndex {
+            maybe_active: leases
+                .iter()
+                .filter(|l| l.state == LeaseState::Active)
+                .map(|l| l.id.clone())
+                .collect(),
+            faulted: faulted_gpus(leases.iter()),
+        }
+    }
+
+    pub(super) fn mark_faulted(&mut self, uuid: &str) {
+        self.faulted.insert(uuid.to_owned());
+    }
+}
+
+fn faulted_gpus<'a>(leases: impl Iterator<Item = &'a Lease>) -> BTreeSet<String> {
+    leases
+        .flat_map(|l| l.gpus.iter())
+        .filter(|g| g.fault.is_some())
+        .map(|g| g.uuid.clone())
+        .collect()
+}
 
 impl Node {
+    /// Every lease the node ever had, in id order (the API's list, the start's checks).
     pub fn leases(&self) -> Result<Vec<Lease>, NodeError> {
         Ok(self.leases.scan(LEASE_PREFIX)?)
     }
 
-    /// The leases, or `None` when the store cannot list them, for readers that go on without
-    /// them (`/metrics`) and must not read that as "no leases". The failure is logged at once
-    /// and then once a minute with a count.
-    pub fn leases_if_readable(&self) -> Option<Vec<Lease>> {
-        match self.leases() {
+    /// The active leases, in id order, read by id from the [`LeaseIndex`].
+    pub fn active_leases(&self) -> Result<Vec<Lease>, NodeError> {
+        let ids: Vec<String> = lock(&self.lease_index)
+            .maybe_active
+            .iter()
+            .cloned()
+            .collect();
+        let mut active = Vec::with_capacity(ids.len());
+        let mut ended = Vec::new();
+        for id in ids {
+            match self.leases.get::<Lease>(&LeasesKey::Lease(&id).key())? {
+                Some(l) if l.state == LeaseState::Active => active.push(l),
+                Some(_) => ended.push(id),
+                // Not written yet (a lease being created is indexed first) or never written
+                // (its write failed): kept, since a reader without the write lock may be
+                // looking between the two.
+                None => {}
+            }
+        }
+        let mut index = lock(&self.lease_index);
+        for id in ended {
+            index.maybe_active.remove(&id);
+        }
+        Ok(active)
+    }
+
+    /// The active leases, or `None` when the store cannot read them, for readers that go on
+    /// without them (`/metrics`) and must not read that as "no leases". The failure is logged
+    /// at once and then once a minute with a count.
+    pub fn active_leases_if_readable(&self) -> Option<Vec<Lease>> {
+        match self.active_leases() {
             Ok(leases) => Some(leases),
             Err(e) => {
                 if let Some(n) = self.repeated.hit("lease-table", std::time::Instant::now()) {
@@ -61,6 +131,9 @@ impl Node {
             policy_digest: decision.policy_digest,
             decision: decision.reasons,
         };
+        // In the index first: a write that fails after it landed must not leave an active
+        // lease unmetered (see `LeaseIndex`).
+        lock(&self.lease_index).maybe_active.insert(id.clone());
         self.persist_new_lease(&lease, now)?;
         info!(tenant = %lease.tenant, lease = %id, gpus = ?lease.gpus.iter().map(|g| &g.uuid).collect::<Vec<_>>(), "lease started");
         Ok(lease)
@@ -137,23 +210,14 @@ impl Node {
         inventory: &[GpuInfo],
         req: &NewLease,
     ) -> Result<Vec<LeasedGpu>, NodeError> {
-        let all = self.leases()?;
-        let with_jobs = lock(&self.leases_with_jobs).clone();
-        let live: Vec<&Lease> = all
-            .iter()
-            .filter(|l| l.state == LeaseState::Active || with_jobs.contains(&l.id))
-            .collect();
+        let live = self.live_leases()?;
+        let live: Vec<&Lease> = live.iter().collect();
         // A GPU that failed in an earlier lease is not handed out again until it is back
         // in the inventory under a reset; exclude faulted ones seen in any lease.
-        let faulted: Vec<&str> = all
-            .iter()
-            .flat_map(|l| l.gpus.iter())
-            .filter(|g| g.fault.is_some())
-            .map(|g| g.uuid.as_str())
-            .collect();
+        let faulted = lock(&self.lease_index).faulted.clone();
         let healthy: Vec<Candidate> = inventory
             .iter()
-            .filter(|g| g.is_healthy() && !faulted.contains(&g.uuid.as_str()))
+            .filter(|g| g.is_healthy() && !faulted.contains(&g.uuid))
             .map(|g| Candidate {
                 uuid: g.uuid.clone(),
                 model: g.model.clone(),
@@ -164,6 +228,22 @@ impl Node {
             lease::AllocError::NotEnough { .. } => NodeError::Conflict(report(&e).to_string()),
             _ => NodeError::BadRequest(report(&e).to_string()),
         })
+    }
+
+    /// The leases whose GPUs are held: the active ones, and the ended ones whose jobs still
+    /// run (as the job runner last said).
+    fn live_leases(&self) -> Result<Vec<Lease>, NodeError> {
+        let mut live = self.active_leases()?;
+        let with_jobs = lock(&self.leases_with_jobs).clone();
+        for id in with_jobs {
+            if live.iter().any(|l| l.id == id) {
+                continue;
+            }
+            if let Some(l) = self.leases.get::<Lease>(&LeasesKey::Lease(&id).key())? {
+                live.push(l);
+            }
+        }
+        Ok(live)
     }
 
     /// Writes the lease and one meter cursor per GPU (energy baseline from a fresh sample)
@@ -265,4 +345,61 @@ pub fn holder<'a>(leases: &'a [Lease], uuid: &str) -> Option<&'a Lease> {
     leases.iter().find(|l| {
         l.state == LeaseState::Active && l.gpus.iter().any(|g: &LeasedGpu| g.uuid == uuid)
     })
+}
+
+#[cfg(all(test, feature = "dev"))]
+mod tests {
+    use super::super::testutil::open_with_dev_policy as open_node;
+    use super::*;
+
+    fn h100(node: &Node) -> Result<Lease, NodeError> {
+        node.create_lease(NewLease {
+            tenant: "hyd-speech".into(),
+            gpus: 1,
+            model: "H100".into(),
+            classification: "public".into(),
+            dataset: None,
+        })
+    }
+
+    fn ids(leases: &[Lease]) -> Vec<&str> {
+        leases.iter().map(|l| l.id.as_str()).collect()
+    }
+
+    /// The active leases are those not ended, through ends and a restart; a GPU that failed
+    /// in a lease, even one long ended, is not leased again after a restart.
+    #[test]
+    fn the_active_leases_and_failed_gpus_outlive_ends_and_restarts() {
+        let dir = tempfile::tempdir().unwrap();
+        let node = open_node(dir.path());
+        node.create_tenant(NewTenant {
+            id: "hyd-speech".into(),
+            name: "Hyderabad speech".into(),
+            jurisdiction: "IN".into(),
+            contact: String::new(),
+        })
+        .unwrap();
+        let (a, b) = (h100(&node).unwrap(), h100(&node).unwrap());
+        let mut both = vec![a.id.as_str(), b.id.as_str()];
+        both.sort();
+        assert_eq!(ids(&node.active_leases().unwrap()), both);
+        node.end_lease(&a.id).unwrap();
+        assert_eq!(ids(&node.active_leases().unwrap()), [b.id.as_str()]);
+        assert!(!lock(&node.lease_index).maybe_active.contains(&a.id));
+        // The ended lease's GPU failed while it ran (as metering records it).
+        let mut failed = node.lease(&a.id).unwrap();
+        failed.gpus[0].fault = Some("GPU is lost".into());
+        node.leases
+            .put(&LeasesKey::Lease(&a.id).key(), &failed)
+            .unwrap();
+        drop(node);
+
+        let node = open_node(dir.path());
+        assert_eq!(ids(&node.active_leases().unwrap()), [b.id.as_str()]);
+        // Four H100s: one held by b, one failed; two more leases, then none.
+        let more = [h100(&node).unwrap(), h100(&node).unwrap()];
+        assert!(more.iter().all(|l| l.gpus[0].uuid != failed.gpus[0].uuid));
+        assert!(matches!(h100(&node), Err(NodeError::Conflict(_))));
+        assert_eq!(node.active_leases().unwrap().len(), 3);
+    }
 }

@@ -22,11 +22,7 @@ impl Node {
         if let Err(e) = self.watch_gpus() {
             error!(error = %report(&e), "recording GPU state changes failed");
         }
-        let leases: Vec<Lease> = self
-            .leases()?
-            .into_iter()
-            .filter(|l| l.state == LeaseState::Active)
-            .collect();
+        let leases = self.active_leases()?;
         let mut round = Round::default();
         for lease in &leases {
             for (key, c) in self.cursors_of(lease)? {
@@ -84,6 +80,7 @@ impl Node {
             for g in l.gpus.iter_mut().filter(|g| g.uuid == c.gpu_uuid) {
                 g.fault = Some(format!("{e} (at {})", rfc3339_ms(now), e = report(&e)));
             }
+            lock(&self.lease_index).mark_faulted(&c.gpu_uuid);
             round.removes.push(key.clone());
         } else {
             warn!(tenant = %lease.tenant, lease = %lease.id, gpu = %c.gpu_uuid, error = %report(&e),

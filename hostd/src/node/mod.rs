@@ -51,6 +51,8 @@ mod health;
 mod leases;
 mod metering;
 mod tenants;
+#[cfg(all(test, feature = "dev"))]
+mod testutil;
 mod time;
 mod verified;
 mod workloads;
@@ -98,6 +100,9 @@ pub struct Node {
     /// are not handed out again while its jobs (which keep their device access until they
     /// are gone) still run.
     leases_with_jobs: Mutex<std::collections::BTreeSet<String>>,
+    /// Which leases metering, placement, `/metrics` and `/v1/gpus` look at, so that they read
+    /// the active leases and not every lease the node ever had (see `leases::LeaseIndex`).
+    lease_index: Mutex<leases::LeaseIndex>,
 }
 
 /// Evidence collections allowed at once. Each one asks every CC GPU for a signed report, which
@@ -146,9 +151,11 @@ impl Node {
             metering_failing_since: Mutex::new(None),
             repeated: crate::admission::LogLimiter::new(std::time::Duration::from_secs(60)),
             leases_with_jobs: Mutex::new(std::collections::BTreeSet::new()),
+            lease_index: Mutex::default(),
         };
         node.recover()?;
         let (leases, cursors) = node.check_state()?;
+        *lock(&node.lease_index) = leases::LeaseIndex::of(&leases);
         node.hold_clock_at_state(&leases, &cursors)?;
         node.load_latest_attestation()?;
         Ok(node)

@@ -225,28 +225,10 @@ fn job_usage_records(node: &str, start: u64, usages: Vec<JobUsage>) -> Vec<Recor
 
 #[cfg(all(test, feature = "dev"))]
 mod tests {
+    use super::super::testutil::open_node;
     use super::*;
-    use crate::ledger::Ledger;
-    use attest::note::NoteSigner;
-    use std::path::Path;
 
     const H: i64 = 3_600_000;
-
-    fn open_node(dir: &Path) -> Node {
-        let text = format!(
-            "[node]\nname = \"node-1\"\njurisdiction = \"IN-TG\"\nfacility = \"hyd-1\"\n\
-             [state]\ndir = \"{}\"\n",
-            dir.display()
-        );
-        let cfg = Config::from_toml(&text, &dir.join("hostd.toml")).unwrap();
-        // A reopened store may wait out the previous handle's lock.
-        let store = Store::open_stopped(dir).unwrap();
-        let signer = NoteSigner::from_seed("node-1/usage", &[9; 32]).unwrap();
-        let ledger = Ledger::open(store.db(), signer).unwrap();
-        let lib = crate::gpu::sim_library_path().unwrap();
-        let gpus = Gpus::open(Some(&lib)).unwrap();
-        Node::open(cfg, Clock::real(), store, ledger, gpus, Residency::none()).unwrap()
-    }
 
     fn cursor(job: &str, from_ms: i64) -> JobCursor {
         JobCursor {
