@@ -71,8 +71,11 @@ pub struct TenantList {
 /// `GET /v1/leases`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LeaseList {
-    /// The leases the caller may see.
+    /// The leases the caller may see, in id order (one page: see `LeasesQuery`).
     pub leases: Vec<Lease>,
+    /// The `after` of the next page (this page's last lease); absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_after: Option<String>,
 }
 
 /// `POST /v1/leases/{id}/end`.

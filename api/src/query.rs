@@ -188,6 +188,45 @@ mod tests {
             "/v1/audit/records?size=7"
         );
         assert_eq!(encode("₹"), "%E2%82%B9");
+        assert_eq!(LeasesQuery::default().path(), "/v1/leases");
+        let q = LeasesQuery {
+            after: Some("lease-1".into()),
+            limit: Some(2),
+            state: Some(crate::lease::LeaseState::Active),
+        };
+        assert_eq!(q.path(), "/v1/leases?after=lease-1&limit=2&state=active");
+    }
+}
+
+/// `GET /v1/leases`: one page of the leases the caller may see.
+///
+/// A page holds the leases whose id comes after `after` (from the first when absent), in id
+/// order, at most `limit` of them, only those in `state` when given; the answer's
+/// `next_after` is the `after` of the next page, absent on the last. A node keeps every lease
+/// it ever had, so no answer holds them all at once.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeasesQuery {
+    /// Only leases whose id comes after this one; default: from the first.
+    pub after: Option<String>,
+    /// At most this many leases; default and at most [`LEASES_LIMIT_MAX`] (a larger one, or
+    /// 0, is refused with 400).
+    pub limit: Option<u64>,
+    /// Only leases in this state (`active`, `ended`).
+    pub state: Option<crate::lease::LeaseState>,
+}
+
+/// The most leases a `GET /v1/leases` page holds, and the default.
+pub const LEASES_LIMIT_MAX: u64 = 1_000;
+
+impl LeasesQuery {
+    /// The request path (percent-encoded).
+    pub fn path(&self) -> String {
+        QueryString::new()
+            .push_opt("after", self.after.as_deref())
+            .push_opt("limit", self.limit)
+            .push_opt("state", self.state.map(|s| s.as_str()))
+            .to_path("/v1/leases")
     }
 }
 

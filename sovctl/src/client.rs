@@ -39,7 +39,7 @@ use hostd_api::gpu::GpuList;
 use hostd_api::job::{Job, JobList, NewJob};
 use hostd_api::lease::{Lease, NewLease};
 use hostd_api::profile::{parse_server_url, Profile, ProfileError, ServerUrl};
-use hostd_api::query::{BillQuery, JobsQuery, LogsQuery, RecordsQuery, UsageQuery};
+use hostd_api::query::{BillQuery, JobsQuery, LeasesQuery, LogsQuery, RecordsQuery, UsageQuery};
 use hostd_api::tenant::{NewTenant, Tenant};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -621,9 +621,9 @@ impl Client {
         self.call_post("/v1/leases", l).await
     }
 
-    /// `GET /v1/leases`.
-    pub async fn leases(&self) -> Result<LeaseList, ClientError> {
-        self.call("/v1/leases").await
+    /// `GET /v1/leases`: one page (see [`LeasesQuery`]).
+    pub async fn leases(&self, q: &LeasesQuery) -> Result<LeaseList, ClientError> {
+        self.call(&q.path()).await
     }
 
     /// `GET /v1/leases/{id}`.

@@ -72,26 +72,9 @@ pub(super) async fn list_jobs(
     Ok(Json(JobList { jobs, next_after }))
 }
 
-/// The page a [`JobsQuery`] asks for, or 400: `after` must look like a job id (it is read as
-/// a place in the store's keys) and `limit` be 1 to [`JOBS_LIMIT_MAX`].
+/// The page a [`JobsQuery`] asks for, or 400 (see [`page_request`]).
 fn jobs_page(q: &JobsQuery) -> Result<(Option<&str>, usize), ApiError> {
-    let bad = |m: String| ApiError::new(StatusCode::BAD_REQUEST, m);
-    if let Some(a) = q.after.as_deref() {
-        if !crate::workload::is_plain_name(a, 64) {
-            return Err(bad(format!("after {a:?} is not a job id")));
-        }
-    }
-    let limit = match q.limit {
-        None => JOBS_LIMIT_MAX,
-        Some(n) if (1..=JOBS_LIMIT_MAX).contains(&n) => n,
-        Some(n) => {
-            return Err(bad(format!(
-                "limit {n} is out of range: a page holds 1 to {JOBS_LIMIT_MAX} jobs"
-            )))
-        }
-    };
-    let limit = usize::try_from(limit).map_err(|_| bad(format!("limit {limit} is too large")))?;
-    Ok((q.after.as_deref(), limit))
+    page_request(q.after.as_deref(), q.limit, JOBS_LIMIT_MAX, "job")
 }
 
 pub(super) async fn get_job(

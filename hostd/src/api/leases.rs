@@ -2,18 +2,25 @@
 
 use super::*;
 use hostd_api::answer::{LeaseEnded, LeaseList};
+use hostd_api::query::{LeasesQuery, LEASES_LIMIT_MAX};
 
+/// `GET /v1/leases?after=&limit=&state=`: a page of the leases the caller may see.
 pub(super) async fn list_leases(
     State(node): State<Arc<Node>>,
     Extension(p): Extension<Principal>,
+    q: Result<Query<LeasesQuery>, axum::extract::rejection::QueryRejection>,
 ) -> ApiResult<Json<LeaseList>> {
-    let all = blocking(&node, |n| n.leases()).await?;
-    let a = Access(&p);
-    let visible: Vec<Lease> = all
-        .into_iter()
-        .filter(|l| a.sees_tenant(&l.tenant))
-        .collect();
-    Ok(Json(LeaseList { leases: visible }))
+    let Query(q) = q.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
+    let (after, limit) = page_request(q.after.as_deref(), q.limit, LEASES_LIMIT_MAX, "lease")?;
+    let after = after.map(str::to_owned);
+    let (state, principal) = (q.state, p.clone());
+    let (leases, next_after) = blocking(&node, move |n| {
+        let a = Access(&principal);
+        let keep = |l: &Lease| a.sees_tenant(&l.tenant) && state.is_none_or(|s| l.state == s);
+        n.lease_page(after.as_deref(), limit, state, keep)
+    })
+    .await?;
+    Ok(Json(LeaseList { leases, next_after }))
 }
 
 pub(super) async fn create_lease(

@@ -59,6 +59,33 @@ async fn blocking<T: Send + 'static>(
         .map_err(ApiError::from)
 }
 
+/// A page's place and size, or 400: `after` must look like an id of `what` (it is read as a
+/// place in the store's keys) and `limit` be 1 to `max` (`max` when unsaid).
+fn page_request<'a>(
+    after: Option<&'a str>,
+    limit: Option<u64>,
+    max: u64,
+    what: &str,
+) -> Result<(Option<&'a str>, usize), ApiError> {
+    let bad = |m: String| ApiError::new(StatusCode::BAD_REQUEST, m);
+    if let Some(a) = after {
+        if !crate::workload::is_plain_name(a, 64) {
+            return Err(bad(format!("after {a:?} is not a {what} id")));
+        }
+    }
+    let limit = match limit {
+        None => max,
+        Some(n) if (1..=max).contains(&n) => n,
+        Some(n) => {
+            return Err(bad(format!(
+                "limit {n} is out of range: a page holds 1 to {max} {what}s"
+            )))
+        }
+    };
+    let limit = usize::try_from(limit).map_err(|_| bad(format!("limit {limit} is too large")))?;
+    Ok((after, limit))
+}
+
 /// `PUT /v1/leases/{id}/files/{*path}`, without the small JSON body limit.
 fn uploads() -> Router<Arc<Node>> {
     Router::new()

@@ -4,6 +4,9 @@ use super::*;
 use attest::report::report;
 use std::collections::BTreeSet;
 
+/// Leases read from the table at a time when a page of them is listed.
+const LEASE_SCAN: usize = 512;
+
 /// What the node keeps in memory about its leases so that the frequent readers (metering every
 /// tick, placement, `/metrics`, `/v1/gpus`) read the active leases rather than every lease it
 /// ever had, which grows for as long as the node runs.
@@ -50,6 +53,66 @@ impl Node {
     /// Every lease the node ever had, in id order (the API's list, the start's checks).
     pub fn leases(&self) -> Result<Vec<Lease>, NodeError> {
         Ok(self.leases.scan(LEASE_PREFIX)?)
+    }
+
+    /// At most `limit` of the leases `keep` keeps whose id comes after `after`, in id order,
+    /// and the `after` of the next page when there are more. The active ones alone (`state`)
+    /// are read from the [`LeaseIndex`]; otherwise the table is read [`LEASE_SCAN`] at a
+    /// time until the page is full, never whole.
+    pub fn lease_page(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+        state: Option<LeaseState>,
+        keep: impl Fn(&Lease) -> bool,
+    ) -> Result<(Vec<Lease>, Option<String>), NodeError> {
+        let want = limit.saturating_add(1);
+        let mut page: Vec<Lease> = if state == Some(LeaseState::Active) {
+            let after = after.unwrap_or_default();
+            let active = self.active_leases()?.into_iter();
+            active
+                .filter(|l| l.id.as_str() > after && keep(l))
+                .take(want)
+                .collect()
+        } else {
+            self.scan_leases(after, want, &keep)?
+        };
+        let next = if page.len() > limit {
+            page.truncate(limit);
+            page.last().map(|l| l.id.clone())
+        } else {
+            None
+        };
+        Ok((page, next))
+    }
+
+    /// Up to `want` leases that `keep` keeps after `after`, reading the table a part at a time.
+    fn scan_leases(
+        &self,
+        after: Option<&str>,
+        want: usize,
+        keep: &impl Fn(&Lease) -> bool,
+    ) -> Result<Vec<Lease>, NodeError> {
+        let mut out = Vec::new();
+        let mut from = after.map(|a| LeasesKey::Lease(a).key());
+        loop {
+            let part = self
+                .leases
+                .scan_page::<Lease>(LEASE_PREFIX, from.as_deref(), LEASE_SCAN)?;
+            let more = part.len() == LEASE_SCAN;
+            for (key, lease) in part {
+                from = Some(key);
+                if keep(&lease) {
+                    out.push(lease);
+                    if out.len() == want {
+                        return Ok(out);
+                    }
+                }
+            }
+            if !more {
+                return Ok(out);
+            }
+        }
     }
 
     /// The active leases, in id order, read by id from the [`LeaseIndex`].
@@ -364,6 +427,77 @@ mod tests {
 
     fn ids(leases: &[Lease]) -> Vec<&str> {
         leases.iter().map(|l| l.id.as_str()).collect()
+    }
+
+    /// Pages of the table: each kept lease once, in id order, across the table's reads (more
+    /// leases than [`LEASE_SCAN`]), for a tenant, and for the active ones from the index.
+    #[test]
+    fn lease_pages_keep_what_is_asked_once_in_id_order() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let node = open_node(dir.path());
+            for i in 0..1200 {
+                let mut l = lease_like(i);
+                l.tenant = ["a", "b"][i % 2].into();
+                if i % 3 == 0 {
+                    l.state = LeaseState::Active;
+                }
+                node.leases.put(&LeasesKey::Lease(&l.id).key(), &l).unwrap();
+            }
+        }
+        let node = open_node(dir.path());
+        let want = |keep: &dyn Fn(usize) -> bool| -> Vec<String> {
+            (0..1200)
+                .filter(|&i| keep(i))
+                .map(|i| lease_like(i).id)
+                .collect()
+        };
+        let pages = |limit, state, keep: &dyn Fn(&Lease) -> bool| {
+            let (mut all, mut after) = (Vec::new(), None::<String>);
+            loop {
+                let (page, next) = node
+                    .lease_page(after.as_deref(), limit, state, keep)
+                    .unwrap();
+                assert!(page.len() <= limit);
+                all.extend(page.into_iter().map(|l| l.id));
+                match next {
+                    Some(n) => after = Some(n),
+                    None => return all,
+                }
+            }
+        };
+        assert_eq!(
+            pages(250, None, &|l| l.tenant == "a"),
+            want(&|i| i % 2 == 0)
+        );
+        assert_eq!(pages(1000, None, &|_| true), want(&|_| true));
+        let b = |l: &Lease| l.tenant == "b";
+        let active_b = want(&|i| i % 2 == 1 && i % 3 == 0);
+        assert_eq!(pages(7, Some(LeaseState::Active), &b), active_b);
+        // After an id that is no lease's: from the next one.
+        let after = Some("lease-0000000003ff-");
+        let (page, _) = node.lease_page(after, 2, None, |_| true).unwrap();
+        assert_eq!(page[0].id, lease_like(0x400).id);
+    }
+
+    /// Lease `i` as the table would hold it (ids in the order of `i`).
+    fn lease_like(i: usize) -> Lease {
+        Lease {
+            id: format!("lease-{i:012x}"),
+            tenant: "a".into(),
+            model: "H100".into(),
+            gpus: Vec::new(),
+            classification: "public".into(),
+            dataset: None,
+            state: LeaseState::Ended,
+            started_ms: 0,
+            ended_ms: None,
+            started: String::new(),
+            ended: None,
+            rate_paise_per_hour: 0,
+            policy_digest: String::new(),
+            decision: Vec::new(),
+        }
     }
 
     /// The active leases are those not ended, through ends and a restart; a GPU that failed

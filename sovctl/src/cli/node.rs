@@ -8,8 +8,8 @@ use auditor::billing::Invoice;
 use auditor::export::write_export;
 use auditor::money::format_inr;
 use clap::{Args, Subcommand};
-use hostd_api::lease::{Lease, NewLease};
-use hostd_api::query::{BillQuery, RecordsQuery, UsageQuery};
+use hostd_api::lease::{Lease, LeaseState, NewLease};
+use hostd_api::query::{BillQuery, LeasesQuery, RecordsQuery, UsageQuery};
 use hostd_api::tenant::NewTenant;
 use std::path::{Path, PathBuf};
 
@@ -50,7 +50,19 @@ pub enum LeaseCmd {
         #[arg(long)]
         dataset: Option<String>,
     },
-    List,
+    /// The leases you may see, in id order: every page, printed as each arrives, unless
+    /// `--after` or `--limit` asks for one page (whose `next_after`, if any, `--json` shows).
+    List {
+        /// One page: the leases whose id comes after ID.
+        #[arg(long, value_name = "ID")]
+        after: Option<String>,
+        /// One page of at most N leases (the node allows 1 to 1,000; default 1,000).
+        #[arg(long, value_name = "N")]
+        limit: Option<u64>,
+        /// Only the active leases.
+        #[arg(long)]
+        active: bool,
+    },
     Show {
         id: String,
     },
@@ -255,9 +267,22 @@ pub async fn lease(c: Client, cmd: LeaseCmd, j: bool) -> CmdResult {
                 }
             })
         }
-        LeaseCmd::List => {
-            let list = c.leases().await?;
-            show(j, &list, |list| list.leases.iter().for_each(print_lease))
+        LeaseCmd::List {
+            after,
+            limit,
+            active,
+        } => {
+            let state = active.then_some(LeaseState::Active);
+            list_leases(
+                &c,
+                LeasesQuery {
+                    after,
+                    limit,
+                    state,
+                },
+                j,
+            )
+            .await
         }
         LeaseCmd::Show { id } => {
             let l = c.lease(&id).await?;
@@ -316,6 +341,34 @@ pub async fn usage(c: Client, cmd: UsageCmd, j: bool) -> CmdResult {
                 println!("{}\n\n{}", r.record, r.receipt);
             }
             Ok(Exit::Ok)
+        }
+    }
+}
+
+/// One page when `--after` or `--limit` asks for one, else every page.
+async fn list_leases(c: &Client, q: LeasesQuery, j: bool) -> CmdResult {
+    if q.after.is_none() && q.limit.is_none() {
+        return all_lease_pages(c, q, j).await;
+    }
+    let page = c.leases(&q).await?;
+    show(j, &page, |page| {
+        page.leases.iter().for_each(print_lease);
+        if let Some(next) = &page.next_after {
+            println!("(more: --after {next})");
+        }
+    })
+}
+
+/// Every page, printed as it arrives (see [`PagedList`]).
+async fn all_lease_pages(c: &Client, mut q: LeasesQuery, j: bool) -> CmdResult {
+    let mut list = PagedList::start("leases", j);
+    loop {
+        let page = c.leases(&q).await?;
+        for l in &page.leases {
+            list.item(l, print_lease)?;
+        }
+        if !next_page(&mut q.after, page.next_after)? {
+            return list.finish();
         }
     }
 }

@@ -142,6 +142,7 @@ fn every_endpoint_with_every_role() {
                 .all(|l| l["tenant"] == "eu-bio"),
             "{v}"
         );
+        leases_in_pages(&op, &a, &l2).await;
         let (_, v) = a.get("/v1/tenants").await.unwrap();
         assert_eq!(v["tenants"].as_array().unwrap().len(), 1, "{v}");
         let (_, v) = b.get("/v1/usage").await.unwrap();
@@ -154,4 +155,46 @@ fn every_endpoint_with_every_role() {
         assert_eq!(a.post(&end, &json!({})).await.unwrap().0, 200);
         assert_eq!(a.post(&end, &json!({})).await.unwrap().0, 409);
     });
+}
+
+/// The lease list in pages: one page says where the next starts, following it gives each
+/// lease once; `state=active` lists the live one; a page of none, or an `after` that cannot be
+/// a lease id, is refused.
+async fn leases_in_pages(op: &sovctl::client::Client, a: &sovctl::client::Client, live: &str) {
+    let (_, all) = op.get("/v1/leases").await.unwrap();
+    let all: Vec<&str> = all["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["id"].as_str().unwrap())
+        .collect();
+    assert!(all.len() >= 3, "{all:?}");
+    let mut seen = Vec::new();
+    let mut path = "/v1/leases?limit=1".to_owned();
+    for _ in 0..all.len() + 1 {
+        let (st, page) = op.get(&path).await.unwrap();
+        assert_eq!(st, 200, "{page}");
+        seen.extend(
+            page["leases"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|l| l["id"].clone()),
+        );
+        match page["next_after"].as_str() {
+            Some(next) => path = format!("/v1/leases?limit=1&after={next}"),
+            None => break,
+        }
+    }
+    assert_eq!(seen, all, "pages of one, in id order, each lease once");
+    let (_, active) = a.get("/v1/leases?state=active").await.unwrap();
+    let active = active["leases"].as_array().unwrap();
+    assert!(active.iter().any(|l| l["id"] == live), "{active:?}");
+    assert!(active
+        .iter()
+        .all(|l| l["state"] == "active" && l["tenant"] == "hyd-speech"));
+    for bad in ["limit=0", "limit=1001", "after=a/b", "state=gone"] {
+        let (st, body) = op.get(&format!("/v1/leases?{bad}")).await.unwrap();
+        assert_eq!(st, 400, "{bad}: {body}");
+    }
 }
