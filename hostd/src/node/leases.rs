@@ -56,61 +56,69 @@ impl Node {
     }
 
     /// At most `limit` of the leases `keep` keeps whose id comes after `after`, in id order,
-    /// and the `after` of the next page when there are more. The active ones alone (`state`)
-    /// are read from the [`LeaseIndex`]; otherwise the table is read [`LEASE_SCAN`] at a
-    /// time until the page is full, never whole.
+    /// and the `after` of the next page when there may be more. The active ones alone
+    /// (`state`) are read from the [`LeaseIndex`]; otherwise the table is read [`LEASE_SCAN`]
+    /// at a time until the page is full, and at most `max_scanned` leases per page: a page
+    /// that stops there may be short (even empty) and still have a next one.
     pub fn lease_page(
         &self,
         after: Option<&str>,
         limit: usize,
         state: Option<LeaseState>,
+        max_scanned: usize,
         keep: impl Fn(&Lease) -> bool,
     ) -> Result<(Vec<Lease>, Option<String>), NodeError> {
         let want = limit.saturating_add(1);
-        let mut page: Vec<Lease> = if state == Some(LeaseState::Active) {
+        let (mut page, stopped_at) = if state == Some(LeaseState::Active) {
             let after = after.unwrap_or_default();
             let active = self.active_leases()?.into_iter();
-            active
-                .filter(|l| l.id.as_str() > after && keep(l))
-                .take(want)
-                .collect()
+            let page = active.filter(|l| l.id.as_str() > after && keep(l));
+            (page.take(want).collect(), None)
         } else {
-            self.scan_leases(after, want, &keep)?
+            self.scan_leases(after, want, max_scanned.max(1), &keep)?
         };
         let next = if page.len() > limit {
             page.truncate(limit);
             page.last().map(|l| l.id.clone())
         } else {
-            None
+            stopped_at
         };
         Ok((page, next))
     }
 
-    /// Up to `want` leases that `keep` keeps after `after`, reading the table a part at a time.
+    /// Up to `want` leases that `keep` keeps after `after`, reading the table a part at a
+    /// time, and the id of the last lease read when `max_scanned` stopped it short.
     fn scan_leases(
         &self,
         after: Option<&str>,
         want: usize,
+        max_scanned: usize,
         keep: &impl Fn(&Lease) -> bool,
-    ) -> Result<Vec<Lease>, NodeError> {
-        let mut out = Vec::new();
-        let mut from = after.map(|a| LeasesKey::Lease(a).key());
+    ) -> Result<(Vec<Lease>, Option<String>), NodeError> {
+        let (mut out, mut scanned) = (Vec::new(), 0);
+        let mut last = after.map(str::to_owned);
         loop {
+            let from = last.as_deref().map(|a| LeasesKey::Lease(a).key());
+            let n = LEASE_SCAN.min(max_scanned - scanned);
             let part = self
                 .leases
-                .scan_page::<Lease>(LEASE_PREFIX, from.as_deref(), LEASE_SCAN)?;
-            let more = part.len() == LEASE_SCAN;
-            for (key, lease) in part {
-                from = Some(key);
+                .scan_page::<Lease>(LEASE_PREFIX, from.as_deref(), n)?;
+            let more = part.len() == n;
+            for (_, lease) in part {
+                scanned += 1;
+                last = Some(lease.id.clone());
                 if keep(&lease) {
                     out.push(lease);
                     if out.len() == want {
-                        return Ok(out);
+                        return Ok((out, None));
                     }
                 }
             }
             if !more {
-                return Ok(out);
+                return Ok((out, None));
+            }
+            if scanned == max_scanned {
+                return Ok((out, last));
             }
         }
     }
@@ -456,7 +464,7 @@ mod tests {
             let (mut all, mut after) = (Vec::new(), None::<String>);
             loop {
                 let (page, next) = node
-                    .lease_page(after.as_deref(), limit, state, keep)
+                    .lease_page(after.as_deref(), limit, state, usize::MAX, keep)
                     .unwrap();
                 assert!(page.len() <= limit);
                 all.extend(page.into_iter().map(|l| l.id));
@@ -476,8 +484,19 @@ mod tests {
         assert_eq!(pages(7, Some(LeaseState::Active), &b), active_b);
         // After an id that is no lease's: from the next one.
         let after = Some("lease-0000000003ff-");
-        let (page, _) = node.lease_page(after, 2, None, |_| true).unwrap();
+        let (page, _) = node
+            .lease_page(after, 2, None, usize::MAX, |_| true)
+            .unwrap();
         assert_eq!(page[0].id, lease_like(0x400).id);
+        // Reading at most 100 leases a page: short pages, each lease still once.
+        let a = |l: &Lease| l.tenant == "a";
+        let (page, next) = node.lease_page(None, 1000, None, 100, a).unwrap();
+        assert_eq!((page.len(), next), (50, Some(lease_like(99).id)));
+        let (page, next) = node.lease_page(None, 10, None, 100, a).unwrap();
+        assert_eq!((page.len(), next), (10, Some(lease_like(18).id)));
+        let nobody = |l: &Lease| l.tenant == "c";
+        let (page, next) = node.lease_page(None, 10, None, 100, nobody).unwrap();
+        assert_eq!((page.len(), next), (0, Some(lease_like(99).id)));
     }
 
     /// Lease `i` as the table would hold it (ids in the order of `i`).
