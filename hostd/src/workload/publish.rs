@@ -236,6 +236,25 @@ mod tests {
         addr
     }
 
+    /// Waits (at most `WAIT`) until `done` holds: what the proxy does runs on its own tasks,
+    /// which a loaded machine may run late.
+    async fn until(what: &str, done: impl Fn() -> bool) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while !done() {
+            assert!(tokio::time::Instant::now() < deadline, "never: {what}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Waits until nothing listens on `addr` any more.
+    async fn closed(addr: SocketAddr) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while TcpStream::connect(addr).await.is_ok() {
+            assert!(tokio::time::Instant::now() < deadline, "listener left open");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     /// Reads until end of stream; `None` if nothing ends it before `WAIT`.
     async fn read_all(s: &mut TcpStream) -> Option<usize> {
         let mut got = Vec::new();
@@ -264,13 +283,13 @@ mod tests {
         let mut idle = TcpStream::connect(port.local_addr()).await.unwrap();
         idle.write_all(b"partial").await.unwrap();
         let addr = port.local_addr();
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        until("the partial request reached the job", || {
+            counters.to_job.load(Ordering::Relaxed) == 100_007
+        })
+        .await;
         port.stop().await;
         assert_eq!(read_all(&mut idle).await, Some(0), "connection left open");
-        assert!(
-            TcpStream::connect(addr).await.is_err(),
-            "listener left open"
-        );
+        closed(addr).await;
         assert_eq!(counters.to_job.load(Ordering::Relaxed), 100_007);
     }
 
@@ -281,7 +300,11 @@ mod tests {
             .unwrap();
         let mut first = TcpStream::connect(port.local_addr()).await.unwrap();
         first.write_all(b"x").await.unwrap();
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        let counters = port.counters().clone();
+        until("the first connection was accepted", || {
+            counters.to_job.load(Ordering::Relaxed) == 1
+        })
+        .await;
         let mut second = TcpStream::connect(port.local_addr()).await.unwrap();
         assert_eq!(read_all(&mut second).await, Some(0));
         assert_eq!(port.counters().refused.load(Ordering::Relaxed), 1);
@@ -290,11 +313,7 @@ mod tests {
         assert_eq!(read_all(&mut first).await, Some(1));
         let addr = port.local_addr();
         drop(port);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        assert!(
-            TcpStream::connect(addr).await.is_err(),
-            "listener left open"
-        );
+        closed(addr).await;
     }
 
     #[tokio::test]
