@@ -6,30 +6,15 @@
 //!
 //! `cargo bench -p hostd --bench leases` (`-- --test`: one small size, as a smoke test).
 
-use hostd::clock::Clock;
-use hostd::config::Config;
+#[path = "../tests/common/node.rs"]
+mod node;
+
 use hostd::lease::{Lease, LeaseState, LeasedGpu};
 use hostd::node::Node;
-use hostd::residency::Residency;
 use hostd::state::keys::LeasesKey;
-use hostd::state::Store;
+use node::open_node;
 use std::path::Path;
 use std::time::{Duration, Instant};
-
-fn open_node(dir: &Path) -> Node {
-    let text = format!(
-        "[node]\nname = \"node-1\"\njurisdiction = \"IN-TG\"\nfacility = \"hyd-1\"\n\
-         [state]\ndir = \"{}\"\n",
-        dir.display()
-    );
-    let cfg = Config::from_toml(&text, &dir.join("hostd.toml")).unwrap();
-    let store = Store::open_stopped(dir).unwrap();
-    let signer = attest::note::NoteSigner::from_seed("node-1/usage", &[9; 32]).unwrap();
-    let ledger = hostd::ledger::Ledger::open(store.db(), signer).unwrap();
-    let lib = hostd::gpu::sim_library_path().unwrap();
-    let gpus = hostd::gpu::Gpus::open(Some(&lib)).unwrap();
-    Node::open(cfg, Clock::real(), store, ledger, gpus, Residency::none()).unwrap()
-}
 
 /// A lease as the node stores one, with a policy decision of a typical length.
 fn lease(i: usize, state: LeaseState) -> Lease {

@@ -5,21 +5,21 @@
 
 #[path = "common/bus.rs"]
 mod bus;
+#[path = "common/node.rs"]
+mod node;
 use bus::Bus;
-use hostd::clock::Clock;
-use hostd::config::{Config, WorkloadConfig};
+use hostd::config::WorkloadConfig;
 use hostd::lease::Lease;
 use hostd::node::{Node, NodeError};
-use hostd::residency::Residency;
-use hostd::state::Store;
 use hostd::workload::egress::{FirewallCall, Ipv4Pool, MemFirewall};
 use hostd::workload::runner::{Jobs, Paths};
 use hostd::workload::scratch::{Call, MemScratch};
 use hostd::workload::units::Systemd;
 use hostd_api::job::{JobState, NewJob};
 use hostd_api::lease::LeaseState;
+use node::open_node;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -254,20 +254,6 @@ struct Fixture {
     _dirs: Vec<tempfile::TempDir>,
     work: PathBuf,
     root: PathBuf,
-}
-
-fn open_node(dir: &Path) -> Node {
-    let text = format!(
-        "[node]\nname = \"node-1\"\njurisdiction = \"IN-TG\"\nfacility = \"hyd-1\"\n[state]\ndir = \"{}\"\n",
-        dir.display()
-    );
-    let cfg = Config::from_toml(&text, &dir.join("hostd.toml")).unwrap();
-    let store = Store::open_stopped(dir).unwrap();
-    let signer = attest::note::NoteSigner::from_seed("node-1/usage", &[9; 32]).unwrap();
-    let ledger = hostd::ledger::Ledger::open(store.db(), signer).unwrap();
-    let lib = hostd::gpu::sim_library_path().unwrap();
-    let gpus = hostd::gpu::Gpus::open(Some(&lib)).unwrap();
-    Node::open(cfg, Clock::real(), store, ledger, gpus, Residency::none()).unwrap()
 }
 
 async fn fixture() -> Fixture {
