@@ -55,8 +55,9 @@ impl Node {
         Ok(self.leases.scan(LEASE_PREFIX)?)
     }
 
-    /// At most `limit` of the leases `keep` keeps whose id comes after `after`, in id order,
-    /// and the `after` of the next page when there may be more. The active ones alone
+    /// At most `limit` of the leases in `state` (any when `None`) that `keep` keeps whose id
+    /// comes after `after`, in id order, and the `after` of the next page when there may be
+    /// more. The active ones alone
     /// (`state`) are read from the [`LeaseIndex`]; otherwise the table is read [`LEASE_SCAN`]
     /// at a time until the page is full, and at most `max_scanned` leases per page: a page
     /// that stops there may be short (even empty) and still have a next one.
@@ -75,7 +76,8 @@ impl Node {
             let page = active.filter(|l| l.id.as_str() > after && keep(l));
             (page.take(want).collect(), None)
         } else {
-            self.scan_leases(after, want, max_scanned.max(1), &keep)?
+            let kept = |l: &Lease| state.is_none_or(|s| l.state == s) && keep(l);
+            self.scan_leases(after, want, max_scanned.max(1), &kept)?
         };
         let next = if page.len() > limit {
             page.truncate(limit);
@@ -482,6 +484,8 @@ mod tests {
         let b = |l: &Lease| l.tenant == "b";
         let active_b = want(&|i| i % 2 == 1 && i % 3 == 0);
         assert_eq!(pages(7, Some(LeaseState::Active), &b), active_b);
+        let ended_b = want(&|i| i % 2 == 1 && i % 3 != 0);
+        assert_eq!(pages(300, Some(LeaseState::Ended), &b), ended_b);
         // After an id that is no lease's: from the next one.
         let after = Some("lease-0000000003ff-");
         let (page, _) = node
