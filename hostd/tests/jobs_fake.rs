@@ -710,3 +710,29 @@ async fn a_restart_takes_back_jobs_past_a_page_of_finished_records() {
     let (all, _) = jobs.page("lease-r", None, 2000).unwrap();
     assert_eq!(all.len(), 1102);
 }
+
+/// An upload's quota check measures the lease's scratch at most every few seconds: what an
+/// upload stored counts at once, what a job wrote at the next measurement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uploads_count_at_once_and_a_jobs_files_at_the_next_measurement() {
+    let f = fixture().await;
+    let jobs = controller_with(&f, firewall(), 1 << 20).await;
+    let l = known_lease(&f, "lease-u");
+    let (dir, _) = jobs.scratch_for(&l).await.unwrap();
+    jobs.check_scratch_quota("lease-u", 1 << 20).unwrap();
+    // An upload of 600 KiB lands and is noted, as the files API does.
+    std::fs::write(dir.join("upload"), vec![1u8; 600 << 10]).unwrap();
+    jobs.note_scratch_written("lease-u", 600 << 10);
+    let over = |more: u64| match jobs.check_scratch_quota("lease-u", more) {
+        Ok(()) => None,
+        Err(hostd::workload::scratch::ScratchError::OverQuota { would, .. }) => Some(would),
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!(over(500 << 10), Some(1100 << 10));
+    assert_eq!(over(400 << 10), None);
+    // A job writes 300 KiB: not walked for until the measurement is stale.
+    std::fs::write(dir.join("by-a-job"), vec![2u8; 300 << 10]).unwrap();
+    assert_eq!(over(400 << 10), None);
+    tokio::time::sleep(hostd::workload::runner::USAGE_FRESH + Duration::from_millis(100)).await;
+    assert_eq!(over(400 << 10), Some(1300 << 10));
+}

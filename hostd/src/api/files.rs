@@ -24,7 +24,9 @@
 //! `[api] body_deadline_secs` is cut off with 408, however long the whole upload takes.
 //! The remaining quota is read once, when the upload starts: a file being replaced still
 //! counts until the rename, and bytes a job or another upload writes meanwhile are not
-//! seen (the kernel enforces no quota on scratch; the next upload sees them).
+//! seen (the kernel enforces no quota on scratch). The scratch is measured (a walk of its
+//! tree) at most every few seconds, and a finished upload's bytes count at once until the
+//! next measurement; what a job writes counts from the next one (`Jobs::scratch_used`).
 
 use super::leases::visible_lease;
 use super::*;
@@ -301,6 +303,7 @@ pub(super) async fn put_file(
         return Ok(closing(e));
     }
     run_blocking(move || upload.commit()).await?;
+    jobs.note_scratch_written(&lease.id, t.bytes);
     t.complete = true;
     let answer = FileWritten {
         path: rel.as_string(),
