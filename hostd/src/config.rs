@@ -82,9 +82,9 @@ pub struct ApiConfig {
     /// Seconds a client has to send a whole request body. Default 10.
     pub body_deadline_secs: u64,
     /// Requests a second each tenant may send, sustained; beyond it (and its burst), 429 with
-    /// `Retry-After`. 0 turns the limit off. Default 100.
+    /// `Retry-After`. 0 turns the limit off. Default 500.
     pub tenant_requests_per_sec: u32,
-    /// Requests a tenant may send at once after a quiet spell. Default 1,000.
+    /// Requests a tenant may send at once after a quiet spell. Default 5,000.
     pub tenant_request_burst: u32,
 }
 
@@ -108,8 +108,8 @@ impl Default for ApiConfig {
             key: PathBuf::from("/etc/hostd/tls/server/key.pem"),
             max_body_bytes: 64 * 1024,
             body_deadline_secs: 10,
-            tenant_requests_per_sec: 100,
-            tenant_request_burst: 1000,
+            tenant_requests_per_sec: 500,
+            tenant_request_burst: 5000,
         }
     }
 }
@@ -726,8 +726,8 @@ L4 = 60
     fn tenant_request_rate() {
         let c = Config::from_toml(MIN, Path::new("x.toml")).unwrap();
         let rate = crate::admission::Rate {
-            per_sec: 100,
-            burst: 1000,
+            per_sec: 500,
+            burst: 5000,
         };
         assert_eq!(c.api.tenant_rate(), Some(rate));
         let text = format!("{MIN}\n[api]\ntenant_requests_per_sec = 0\n");
