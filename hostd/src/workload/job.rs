@@ -200,7 +200,10 @@ pub fn apply_status(job: &mut Job, s: &UnitStatus, now_ms: i64) {
     if job.state.is_final() {
         return;
     }
-    if !s.has_ended() {
+    // A unit read before systemd ran its start job is `inactive` too, and must not end a job
+    // that has not begun (a job of a few milliseconds was recorded `failed` so).
+    let not_begun = job.state == JobState::Starting && s.not_started();
+    if !s.has_ended() || not_begun {
         if s.active_state == "active" || s.active_state == "deactivating" {
             job.state = JobState::Running;
         }
@@ -350,6 +353,23 @@ mod tests {
         let mut o = job();
         apply_status(&mut o, &status("failed", "oom-kill", 1, 0), 4);
         assert_eq!(o.state, JobState::Failed);
+    }
+
+    /// A unit read before systemd ran its start job (inactive, nothing exited) leaves the job
+    /// starting; read so after the job ran, the job is not ended by it either.
+    #[test]
+    fn a_unit_not_yet_started_ends_nothing() {
+        let mut j = job();
+        assert_eq!(j.state, JobState::Starting);
+        apply_status(&mut j, &status("inactive", "success", 0, 0), 1);
+        assert_eq!((j.state, j.ended_ms), (JobState::Starting, None));
+        apply_status(&mut j, &status("inactive", "success", 1, 0), 2);
+        assert_eq!((j.state, j.exit_code), (JobState::Exited, Some(0)));
+        // Once seen running, an inactive unit that reports no exit has ended all the same.
+        let mut r = job();
+        apply_status(&mut r, &status("active", "success", 0, 0), 1);
+        apply_status(&mut r, &status("inactive", "success", 0, 0), 2);
+        assert_eq!(r.state, JobState::Failed);
     }
 
     #[test]

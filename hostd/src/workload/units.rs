@@ -72,6 +72,12 @@ impl UnitStatus {
     pub fn has_ended(&self) -> bool {
         matches!(self.active_state.as_str(), "inactive" | "failed")
     }
+
+    /// Whether the unit is `inactive` without its main process having run or failed: so
+    /// looks a transient unit whose start job systemd has queued and not yet run.
+    pub fn not_started(&self) -> bool {
+        self.active_state == "inactive" && self.exec_main_code == 0 && self.result == "success"
+    }
 }
 
 /// Something systemd announced that the job logic reacts to.
