@@ -243,16 +243,8 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
     /// Refuses `more` bytes into the lease's scratch when they would pass its quota, counting
     /// the scratch as [`Jobs::scratch_used`] does.
     pub fn check_scratch_quota(&self, lease: &str, more: u64) -> Result<(), ScratchError> {
-        let would = self.scratch_used(lease)?.saturating_add(more);
-        let quota = self.scratch.quota(lease)?;
-        if would > quota {
-            return Err(ScratchError::OverQuota {
-                lease: lease.to_owned(),
-                would,
-                quota,
-            });
-        }
-        Ok(())
+        let used = self.scratch_used(lease)?;
+        super::scratch::within_quota(lease, used, more, self.scratch.quota(lease)?)
     }
 
     /// Counts `bytes` an upload stored in `lease`'s scratch until its next measurement.

@@ -155,16 +155,7 @@ pub trait Scratch: Send + Sync {
     /// Refuses (`OverQuota`) when adding `more` bytes would take `lease` over its quota: the
     /// check callers make before accepting an upload, since the kernel enforces none.
     fn check_quota(&self, lease: &str, more: u64) -> Result<(), ScratchError> {
-        let would = self.bytes_used(lease)?.saturating_add(more);
-        let quota = self.quota(lease)?;
-        if would > quota {
-            return Err(ScratchError::OverQuota {
-                lease: lease.to_owned(),
-                would,
-                quota,
-            });
-        }
-        Ok(())
+        within_quota(lease, self.bytes_used(lease)?, more, self.quota(lease)?)
     }
 
     /// Crypto-erases `lease`'s scratch and job logs: removes its key from the kernel, then
@@ -220,6 +211,24 @@ pub(crate) fn trees_bytes(dirs: &[PathBuf]) -> Result<u64, ScratchError> {
         }
     }
     Ok(total)
+}
+
+/// Refuses (`OverQuota`) `more` bytes into `lease`'s scratch holding `used` of `quota`.
+pub(crate) fn within_quota(
+    lease: &str,
+    used: u64,
+    more: u64,
+    quota: u64,
+) -> Result<(), ScratchError> {
+    let would = used.saturating_add(more);
+    if would > quota {
+        return Err(ScratchError::OverQuota {
+            lease: lease.to_owned(),
+            would,
+            quota,
+        });
+    }
+    Ok(())
 }
 
 /// `path` is a directory itself (a symlink to one is not).
