@@ -269,13 +269,19 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
             }
         }
         let bytes = self.scratch.bytes_used(lease)?;
+        self.remember_scratch(lease, now, bytes);
+        Ok(bytes)
+    }
+
+    /// Keeps a walk of `lease`'s scratch begun `at` for uploads' checks: the runner's own
+    /// quota walks serve them too, so a lease with running jobs is not walked twice as often.
+    fn remember_scratch(&self, lease: &str, at: std::time::Instant, bytes: u64) {
         let m = Measured {
-            at: now,
+            at,
             bytes,
-            took: now.elapsed(),
+            took: at.elapsed(),
         };
         lock(&self.scratch_usage).insert(lease.to_owned(), m);
-        Ok(bytes)
     }
 
     /// Re-applies every active lease's egress allow-list from the policy in force: the policy
@@ -762,17 +768,24 @@ impl<U: UnitManager, F: Firewall> Jobs<U, F> {
     /// The quota covers the scratch and the lease's job logs (as [`Scratch::bytes_used`]
     /// counts): a job printing without end would otherwise fill the scratch volume.
     async fn enforce_quota(&self, lease: &str) -> Result<(), NodeError> {
-        let s = self.scratch.clone();
-        let l = lease.to_owned();
-        let over = tokio::task::spawn_blocking(move || s.check_quota(&l, 0))
+        let (s, l) = (self.scratch.clone(), lease.to_owned());
+        let at = std::time::Instant::now();
+        let used = tokio::task::spawn_blocking(move || s.bytes_used(&l))
             .await
             .map_err(|e| internal("checking a scratch quota", e))?;
-        let (would, quota) = match over {
+        // A job re-adopted after a restart runs in scratch this hostd did not make (it does
+        // not re-adopt scratch): there is no quota of its to hold it to.
+        let unknown = |e: &ScratchError| matches!(e, ScratchError::UnknownLease { .. });
+        match used {
+            Ok(used) => self.remember_scratch(lease, at, used),
+            Err(e) if unknown(&e) => return Ok(()),
+            Err(e) => return Err(internal("counting a lease's scratch", e)),
+        }
+        // Against the walk just remembered: no second walk.
+        let (would, quota) = match self.check_scratch_quota(lease, 0) {
             Ok(()) => return Ok(()),
             Err(ScratchError::OverQuota { would, quota, .. }) => (would, quota),
-            // A job re-adopted after a restart runs in scratch this hostd did not make (it
-            // does not re-adopt scratch): there is no quota of its to hold it to.
-            Err(ScratchError::UnknownLease { .. }) => return Ok(()),
+            Err(e) if unknown(&e) => return Ok(()),
             Err(e) => return Err(internal("counting a lease's scratch", e)),
         };
         warn!(lease = %lease, bytes = would, quota, "scratch over its quota: stopping the lease's jobs");
